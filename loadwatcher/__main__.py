@@ -1,0 +1,5 @@
+import sys
+
+from loadwatcher.cli import main
+
+sys.exit(main())

@@ -1,0 +1,154 @@
+"""The HTTP API (aiohttp): serves the bytes the last cycle rendered.
+
+Routes (DESIGN §7): ``/watcher`` (``?host=``, ``?window=``, ``?format=``),
+``/watcher/{hostname}``, ``/watcher/health``, ``/healthz``, ``/readyz``. Every error is JSON
+``{"error": code, "message": text}``; nothing here renders HTML or a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import orjson
+from aiohttp import web
+
+from loadwatcher.engine import Engine
+from loadwatcher.model import WINDOWS
+from loadwatcher.published import Body
+from loadwatcher.render import Format
+
+log = logging.getLogger("loadwatcher.api")
+
+ENGINE_KEY = web.AppKey("engine", Engine)
+_WINDOW_NAMES = tuple(w.name for w in WINDOWS)
+_ALLOWED_PARAMS = frozenset({"host", "window", "format"})
+MAX_NODE_NAME = 253
+
+
+def error(status: int, code: str, message: str) -> web.Response:
+    return web.Response(
+        status=status,
+        body=orjson.dumps({"error": code, "message": message}),
+        content_type="application/json",
+    )
+
+
+class BadRequest(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _params(request: web.Request) -> tuple[str | None, Format, str | None]:
+    unknown = sorted(set(request.query) - _ALLOWED_PARAMS)
+    if unknown:
+        raise BadRequest("bad_parameter", f"unknown query parameter(s): {', '.join(unknown)}")
+    window = request.query.get("window")
+    if window is not None and window not in _WINDOW_NAMES:
+        raise BadRequest("bad_window", f"window must be one of {', '.join(_WINDOW_NAMES)}")
+    fmt_text = request.query.get("format", Format.DEFAULT.value)
+    try:
+        fmt = Format(fmt_text)
+    except ValueError:
+        raise BadRequest("bad_format", "format must be 'default' or 'kep'") from None
+    host = request.query.get("host")
+    if host is not None:
+        _check_node_name(host)
+    return window, fmt, host
+
+
+def _check_node_name(name: str) -> None:
+    if not name or len(name) > MAX_NODE_NAME or any(ord(c) < 33 or ord(c) > 126 for c in name):
+        raise BadRequest("bad_host", "host must be a node name of 1-253 printable characters")
+
+
+def _send(request: web.Request, body: Body) -> web.Response:
+    gz = "gzip" in request.headers.get("Accept-Encoding", "")
+    etag = body.etag[:-1] + '-gzip"' if gz else body.etag
+    headers = {"ETag": etag, "Vary": "Accept-Encoding", "Cache-Control": "no-cache"}
+    inm = request.headers.get("If-None-Match")
+    if inm is not None and (inm.strip() == "*" or etag in {t.strip() for t in inm.split(",")}):
+        return web.Response(status=304, headers=headers)
+    if gz:
+        headers["Content-Encoding"] = "gzip"
+    return web.Response(body=body.gz if gz else body.raw, headers=headers,
+                        content_type="application/json")
+
+
+async def watcher(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    window, fmt, host = _params(request)
+    return _serve(request, engine, window, fmt, host)
+
+
+async def watcher_host(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    window, fmt, host = _params(request)
+    if host is not None:
+        raise BadRequest("bad_parameter", "give the node either in the path or as ?host=")
+    name = request.match_info["hostname"]
+    _check_node_name(name)
+    return _serve(request, engine, window, fmt, name)
+
+
+def _serve(
+    request: web.Request, engine: Engine, window: str | None, fmt: Format, host: str | None
+) -> web.Response:
+    pub = engine.current
+    if pub is None:
+        return error(503, "no_snapshot", "no snapshot yet: the first poll has not completed")
+    if host is None:
+        return _send(request, pub.body(window, fmt))
+    body = pub.node_body(window, fmt, host)
+    if body is None:
+        return error(404, "node_not_found", f"no metrics for node {host!r}")
+    return _send(request, body)
+
+
+async def watcher_health(request: web.Request) -> web.Response:
+    verdict = request.app[ENGINE_KEY].health()
+    return web.Response(status=200 if verdict.healthy else 503,
+                        body=orjson.dumps(verdict.body), content_type="application/json")
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.Response(body=b'{"status":"ok"}', content_type="application/json")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    if request.app[ENGINE_KEY].current is None:
+        return error(503, "not_ready", "no snapshot yet")
+    return web.Response(body=b'{"status":"ready"}', content_type="application/json")
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Turn every failure into a JSON error; log unexpected ones without leaking them."""
+    try:
+        return await handler(request)
+    except BadRequest as exc:
+        return error(400, exc.code, exc.message)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status, "http_error")
+        return error(exc.status, code, exc.reason)
+    except Exception:
+        log.exception("unhandled error serving %s", request.path)
+        return error(500, "internal", "internal error; see the service log")
+
+
+def make_app(engine: Engine) -> web.Application:
+    app = web.Application(middlewares=[json_errors], client_max_size=64 * 1024)
+    app[ENGINE_KEY] = engine
+    app.router.add_get("/watcher", watcher)
+    app.router.add_get("/watcher/health", watcher_health)
+    app.router.add_get("/watcher/{hostname}", watcher_host)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app

@@ -1,0 +1,65 @@
+"""Wiring: the one place that builds the long-lived tasks and shuts them down.
+
+Start-up order makes a restart useful at once: open the journal and publish its last
+snapshot, start the HTTP server, load the journal's samples, then poll. Signals only set
+the stop event; shutdown finishes the cycle in flight, flushes and closes the journal,
+then stops the HTTP server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from aiohttp import web
+
+from loadwatcher import api, factory
+from loadwatcher.config import Settings
+from loadwatcher.engine import Engine, EngineOptions
+from loadwatcher.journal import Journal
+
+log = logging.getLogger("loadwatcher")
+
+SHUTDOWN_GRACE_S = 10.0
+
+
+def build_engine(settings: Settings) -> Engine:
+    journal = Journal(settings.journal.path) if settings.journal.path else None
+    options = EngineOptions(
+        poll_interval_s=settings.poll.interval_s,
+        retention_s=settings.journal.retention_s,
+        provider_timeout_s=settings.provider.timeout_s,
+    )
+    return Engine(factory.build_provider(settings), journal, options,
+                  factory.metric_names(settings))
+
+
+async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    """Run the service until ``stop`` is set (or SIGINT/SIGTERM arrives)."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    engine = build_engine(settings)
+    runner = web.AppRunner(api.make_app(engine), handle_signals=False, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, settings.server.host, settings.server.port, reuse_address=True)
+        await site.start()
+        log.info("listening on http://%s:%d (provider %s, journal %s)", settings.server.host,
+                 settings.server.port, settings.provider.name, settings.journal.path or "off")
+        await engine.recover()
+        poller = asyncio.create_task(engine.run(stop), name="loadwatcher-poll")
+        await stop.wait()
+        log.info("stopping: finishing the cycle in flight")
+        try:
+            await asyncio.wait_for(poller, SHUTDOWN_GRACE_S)
+        except TimeoutError:
+            log.warning("poll cycle did not finish within %.0f s; abandoned", SHUTDOWN_GRACE_S)
+    finally:
+        await engine.close()
+        await runner.cleanup()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    log.info("stopped")

@@ -1,0 +1,107 @@
+"""The ``loadwatcher`` command: ``serve``, ``config check`` (and the scoring commands)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from loadwatcher import __version__, config
+from loadwatcher.errors import ConfigError
+
+EXIT_CONFIG = 2
+
+
+def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="YAML configuration file")
+    parser.add_argument("--port", help="HTTP port (default 2020)")
+    parser.add_argument("--host", help="listen address (default 0.0.0.0)")
+    parser.add_argument("--db", metavar="PATH", help="SQLite journal file ('' disables it)")
+    parser.add_argument("--poll-interval-s", help="seconds between polls (default 15)")
+    parser.add_argument("--provider", help="host | prometheus | influxdb | metrics-server")
+    parser.add_argument("--address", help="backend base URL")
+    parser.add_argument("--log-level", help="DEBUG | INFO | WARNING | ERROR")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="loadwatcher",
+        description="Node utilisation rollups for Kubernetes schedulers (Trimaran wire format).",
+    )
+    parser.add_argument("--version", action="version", version=f"loadwatcher {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the service")
+    _add_settings_flags(serve)
+    serve.set_defaults(func=_serve)
+
+    cfg = sub.add_parser("config", help="configuration tools")
+    cfg_sub = cfg.add_subparsers(dest="config_command", required=True)
+    check = cfg_sub.add_parser("check", help="validate and print the effective configuration")
+    _add_settings_flags(check)
+    check.set_defaults(func=_config_check)
+
+    try:
+        from loadwatcher.scoring import cli as scoring_cli
+    except ImportError:  # scoring is optional at import time for the service itself
+        pass
+    else:
+        scoring_cli.register(sub)
+    return parser
+
+
+def _flags(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        name: getattr(args, name, None)
+        for name in ("port", "host", "db", "poll_interval_s", "provider", "address", "log_level")
+    }
+
+
+def _settings(args: argparse.Namespace) -> config.Settings:
+    return config.load(args.config, os.environ, _flags(args))
+
+
+def _config_check(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    sys.stdout.write(yaml.safe_dump(config.effective(settings), sort_keys=False))
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    logging.basicConfig(
+        level=settings.log.level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from loadwatcher import app  # imported late: `config check` need not load aiohttp
+
+    try:
+        asyncio.run(app.serve(settings))
+    except OSError as exc:
+        print(f"loadwatcher: cannot listen on {settings.server.host}:{settings.server.port}: "
+              f"{exc.strerror}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except ConfigError as exc:
+        print(f"loadwatcher: bad configuration: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,413 @@
+"""Settings: one table of every setting, resolved from YAML < environment < flags.
+
+Every setting has a dotted name (its place in the YAML file), a type, a default with its
+unit in the name, a one-line description and the environment variables that set it. The
+Go load-watcher variables (``METRICS_PROVIDER_NAME`` ...) are aliases of ours, so an
+existing deployment keeps working unchanged. Resolution is pure: it takes the YAML text,
+the environment mapping and the flag values, and returns typed frozen dataclasses or
+raises ``ConfigError`` naming the setting.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from loadwatcher.errors import ConfigError
+
+PROVIDERS = ("host", "prometheus", "influxdb", "metrics-server")
+
+# Go load-watcher METRICS_PROVIDER_NAME values and our own spellings -> canonical name.
+_PROVIDER_ALIASES = {
+    "host": "host",
+    "prometheus": "prometheus",
+    "promql": "prometheus",
+    "victoriametrics": "prometheus",
+    "influxdb": "influxdb",
+    "influx": "influxdb",
+    "kubernetesmetricsserver": "metrics-server",
+    "metrics-server": "metrics-server",
+    "metricsserver": "metrics-server",
+}
+
+
+def _provider(text: str) -> str:
+    key = text.strip().lower()
+    if key not in _PROVIDER_ALIASES:
+        raise ValueError(f"unknown provider {text!r}; expected one of {', '.join(PROVIDERS)}")
+    return _PROVIDER_ALIASES[key]
+
+
+def _bool(text: str) -> bool:
+    key = text.strip().lower()
+    if key in ("1", "true", "yes", "on"):
+        return True
+    if key in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError(f"expected a port 0-65535, got {text!r}")
+    return value
+
+
+def _str(text: str) -> str:
+    return text
+
+
+def _optional_str(text: str) -> str | None:
+    return text or None
+
+
+def _label(text: str) -> str:
+    if (
+        not text
+        or not (text[0].isalpha() or text[0] == "_")
+        or not all(c.isalnum() or c == "_" for c in text)
+    ):
+        raise ValueError(f"not a valid Prometheus label name: {text!r}")
+    return text
+
+
+def _url(text: str) -> str:
+    if text and not text.startswith(("http://", "https://")):
+        raise ValueError(f"expected an http:// or https:// URL, got {text!r}")
+    return text.rstrip("/")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One setting: where it lives, how to parse it, what it means."""
+
+    key: str
+    parse: Callable[[str], Any]
+    default: Any
+    description: str
+    env: tuple[str, ...] = ()
+    flag: str | None = None
+    secret: bool = False
+
+    @property
+    def env_name(self) -> str:
+        return "LOADWATCHER_" + self.key.upper().replace(".", "_")
+
+
+SPECS: tuple[Spec, ...] = (
+    Spec("server.host", _str, "0.0.0.0", "address the HTTP API listens on", flag="host"),
+    Spec("server.port", _port, 2020, "port of the HTTP API (Go load-watcher: 2020)", flag="port"),
+    Spec(
+        "journal.path",
+        _str,
+        "loadwatcher.db",
+        "SQLite journal file; empty disables persistence",
+        flag="db",
+    ),
+    Spec(
+        "journal.retention_s",
+        _positive_float,
+        1020.0,
+        "how long raw samples are kept (longest window plus margin)",
+    ),
+    Spec(
+        "poll.interval_s",
+        _positive_float,
+        15.0,
+        "seconds between two polls of the provider",
+        flag="poll_interval_s",
+    ),
+    Spec(
+        "poll.overlap_s",
+        _non_negative_float,
+        60.0,
+        "each incremental fetch also re-reads this many seconds before the last one, "
+        "to pick up samples ingested late",
+    ),
+    Spec(
+        "provider.name",
+        _provider,
+        "host",
+        "host | prometheus | influxdb | metrics-server",
+        env=("METRICS_PROVIDER_NAME",),
+        flag="provider",
+    ),
+    Spec(
+        "provider.address",
+        _url,
+        "",
+        "base URL of the backend",
+        env=("METRICS_PROVIDER_ADDRESS",),
+        flag="address",
+    ),
+    Spec(
+        "provider.token",
+        _str,
+        "",
+        "bearer token for the backend",
+        env=("METRICS_PROVIDER_TOKEN",),
+        secret=True,
+    ),
+    Spec(
+        "provider.token_file",
+        _optional_str,
+        None,
+        "file holding the bearer token; re-read when it changes",
+    ),
+    Spec(
+        "provider.ca_file", _optional_str, None, "CA bundle to verify the backend's TLS certificate"
+    ),
+    Spec(
+        "provider.insecure_skip_verify",
+        _bool,
+        False,
+        "do not verify the backend's TLS certificate",
+        env=("INSECURE_SKIP_VERIFY",),
+    ),
+    Spec("provider.timeout_s", _positive_float, 10.0, "timeout of one backend request"),
+    Spec(
+        "prometheus.cpu_query",
+        _str,
+        "instance:node_cpu:ratio",
+        "PromQL for CPU utilisation per node (a selector or any expression)",
+    ),
+    Spec(
+        "prometheus.memory_query",
+        _str,
+        "instance:node_memory_utilisation:ratio",
+        "PromQL for memory utilisation per node",
+    ),
+    Spec(
+        "prometheus.scale",
+        _positive_float,
+        100.0,
+        "factor that turns the query's values into percent (100 for ratios)",
+    ),
+    Spec("prometheus.node_label", _label, "instance", "label that holds the node name"),
+    Spec("prometheus.strip_port", _bool, True, "strip ':port' from the node label's value"),
+    Spec(
+        "prometheus.step_s",
+        _positive_float,
+        15.0,
+        "resolution of the subquery used when a query is not a plain selector",
+    ),
+    Spec(
+        "prometheus.fallback_node_exporter",
+        _bool,
+        False,
+        "when the recording rules return nothing, query raw node-exporter metrics instead",
+    ),
+    Spec("log.level", _str, "INFO", "DEBUG | INFO | WARNING | ERROR", flag="log_level"),
+)
+
+SPECS_BY_KEY = {spec.key: spec for spec in SPECS}
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class JournalSettings:
+    path: str
+    retention_s: float
+
+
+@dataclass(frozen=True)
+class PollSettings:
+    interval_s: float
+    overlap_s: float
+
+
+@dataclass(frozen=True)
+class ProviderSettings:
+    name: str
+    address: str
+    token: str
+    token_file: str | None
+    ca_file: str | None
+    insecure_skip_verify: bool
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class PrometheusSettings:
+    cpu_query: str
+    memory_query: str
+    scale: float
+    node_label: str
+    strip_port: bool
+    step_s: float
+    fallback_node_exporter: bool
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    level: str
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The effective configuration, every value typed and validated."""
+
+    server: ServerSettings
+    journal: JournalSettings
+    poll: PollSettings
+    provider: ProviderSettings
+    prometheus: PrometheusSettings
+    log: LogSettings
+
+
+_SECTIONS: dict[str, type[Any]] = {
+    "server": ServerSettings,
+    "journal": JournalSettings,
+    "poll": PollSettings,
+    "provider": ProviderSettings,
+    "prometheus": PrometheusSettings,
+    "log": LogSettings,
+}
+
+
+def _flatten_yaml(text: str, source: str) -> dict[str, Any]:
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(source, f"not valid YAML{where}") from exc
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ConfigError(source, "the top level must be a mapping of sections")
+    flat: dict[str, Any] = {}
+    for section, body in doc.items():
+        if section not in _SECTIONS:
+            raise ConfigError(
+                str(section), f"unknown section; expected one of {', '.join(_SECTIONS)}"
+            )
+        if not isinstance(body, dict):
+            raise ConfigError(str(section), "must be a mapping")
+        for name, value in body.items():
+            key = f"{section}.{name}"
+            if key not in SPECS_BY_KEY:
+                raise ConfigError(key, "unknown setting")
+            if isinstance(value, (dict, list)):
+                raise ConfigError(key, "must be a scalar value")
+            flat[key] = value
+    return flat
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def resolve(
+    yaml_text: str | None = None,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+    *,
+    yaml_source: str = "config",
+) -> Settings:
+    """Build Settings from YAML < environment < flags; raise ConfigError on the first bad value."""
+    raw: dict[str, tuple[Any, str]] = {}
+    if yaml_text:
+        for key, value in _flatten_yaml(yaml_text, yaml_source).items():
+            raw[key] = (value, key)
+    env = env or {}
+    flags = flags or {}
+    for spec in SPECS:
+        # Our own name wins over the Go load-watcher alias when both are set.
+        for name in (*spec.env, spec.env_name):
+            if name in env:
+                raw[spec.key] = (env[name], name)
+        if spec.flag is not None and flags.get(spec.flag) is not None:
+            raw[spec.key] = (flags[spec.flag], "--" + spec.flag.replace("_", "-"))
+    values: dict[str, Any] = {}
+    for spec in SPECS:
+        if spec.key not in raw:
+            values[spec.key] = spec.default
+            continue
+        value, origin = raw[spec.key]
+        try:
+            values[spec.key] = spec.parse(_as_text(value))
+        except ValueError as exc:
+            name = spec.key if origin == spec.key else f"{spec.key} (from {origin})"
+            raise ConfigError(name, str(exc)) from None
+    settings = _build(values)
+    _check(settings)
+    return settings
+
+
+def _build(values: Mapping[str, Any]) -> Settings:
+    sections: dict[str, Any] = {}
+    for section, cls in _SECTIONS.items():
+        prefix = section + "."
+        fields = {k[len(prefix) :]: v for k, v in values.items() if k.startswith(prefix)}
+        sections[section] = cls(**fields)
+    return Settings(**sections)
+
+
+def _check(settings: Settings) -> None:
+    provider = settings.provider
+    if provider.name != "host" and provider.name != "metrics-server" and not provider.address:
+        raise ConfigError(
+            "provider.address",
+            f"required for provider {provider.name!r} (METRICS_PROVIDER_ADDRESS)",
+        )
+    if provider.token_file and not Path(provider.token_file).is_file():
+        raise ConfigError("provider.token_file", f"no such file: {provider.token_file}")
+    if provider.ca_file and not Path(provider.ca_file).is_file():
+        raise ConfigError("provider.ca_file", f"no such file: {provider.ca_file}")
+    if settings.log.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ConfigError("log.level", f"unknown level {settings.log.level!r}")
+    if settings.journal.retention_s < 900:
+        raise ConfigError("journal.retention_s", "must be at least 900 (the 15m window)")
+
+
+def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> Settings:
+    """Read the YAML file (if any) and resolve; file errors become ConfigError."""
+    text = None
+    if path:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError("--config", f"cannot read {path}: {exc.strerror}") from exc
+    return resolve(text, env, flags, yaml_source=path or "config")
+
+
+def effective(settings: Settings) -> dict[str, dict[str, Any]]:
+    """The effective configuration as nested plain data, secrets masked."""
+    out: dict[str, dict[str, Any]] = {}
+    for spec in SPECS:
+        section, name = spec.key.split(".", 1)
+        value = getattr(getattr(settings, section), name)
+        if spec.secret and value:
+            value = "***"
+        out.setdefault(section, {})[name] = value
+    return out

@@ -1,0 +1,203 @@
+"""The poll cycle: fetch → store → rollups and analysis → journal → publish.
+
+``Engine.cycle(now)`` runs one cycle and is what tests drive; ``Engine.run(stop)`` repeats
+it every ``poll.interval_s`` (minus the time the cycle took) until ``stop`` is set. Cycles
+never overlap. CPU-heavy work (rollups, rendering) runs in a worker thread so the event
+loop keeps answering requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from loadwatcher import analysis, health, published, snapshot
+from loadwatcher.errors import JournalError, ProviderError
+from loadwatcher.journal import Journal
+from loadwatcher.model import FetchResult, Resource
+from loadwatcher.providers.base import Provider
+from loadwatcher.published import Published
+from loadwatcher.store import AddResult, SampleStore
+
+log = logging.getLogger("loadwatcher.engine")
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    poll_interval_s: float
+    retention_s: float
+    stale_after_s: float = analysis.DEFAULT_STALE_AFTER_S
+    provider_timeout_s: float = 10.0
+
+    @property
+    def max_snapshot_age_s(self) -> float:
+        """A snapshot older than this means polling is stuck or failing."""
+        return 3 * self.poll_interval_s + self.provider_timeout_s
+
+
+class Engine:
+    """Owns the store and the current published snapshot; the app owns its task."""
+
+    def __init__(
+        self,
+        provider: Provider,
+        journal: Journal | None,
+        options: EngineOptions,
+        metric_names: dict[Resource, str],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.provider = provider
+        self.journal = journal
+        self.options = options
+        self.metric_names = metric_names
+        self.clock = clock
+        self.store = SampleStore()
+        self.current: Published | None = None
+        self.node_info: dict[str, dict[str, str]] = {}
+        self.provider_status = health.ProviderStatus(provider.source)
+        self.journal_status = health.JournalStatus(journal.path if journal else None)
+        self.stale_nodes: tuple[str, ...] = ()
+        self._last_reasons: frozenset[str] = frozenset()
+
+    # -- start-up ---------------------------------------------------------------------
+
+    async def recover(self) -> None:
+        """Serve the journal's last snapshot at once, then load its samples."""
+        if self.journal is None:
+            return
+        try:
+            report = await self.journal.open()
+            self.journal_status.quarantined = report.quarantined
+            if report.quarantined:
+                log.error("journal %s was corrupt; moved aside to %s and started a new one",
+                          self.journal.path, report.quarantined)
+            body = await self.journal.load_snapshot()
+            if body is not None:
+                try:
+                    snap = snapshot.from_bytes(body)
+                except ValueError as exc:
+                    log.warning("journal snapshot unreadable, ignoring it: %s", exc)
+                else:
+                    self.current = await asyncio.to_thread(published.publish, snap)
+                    self.node_info = dict(snap.node_info)
+                    log.info("serving the journal's snapshot from %.0f s ago (%d nodes)",
+                             self.clock() - snap.taken_at, len(snap.nodes))
+            recovered = await self.journal.load_samples(self.clock() - self.options.retention_s)
+            self.store.load(recovered.keys, recovered.samples)
+            log.info("recovered %d samples of %d series from the journal",
+                     len(recovered.samples), len(recovered.keys))
+        except JournalError as exc:
+            self._journal_failed(exc)
+            await self.journal.close()
+            self.journal = None
+
+    # -- one cycle --------------------------------------------------------------------
+
+    async def cycle(self, now: float | None = None) -> None:
+        """Fetch, store, compute, persist and publish once."""
+        now = self.clock() if now is None else now
+        status = self.provider_status
+        status.last_attempt_at = now
+        try:
+            result = await self.provider.fetch(now, self.store.newest())
+        except ProviderError as exc:
+            status.ok, status.error, status.error_kind = False, str(exc), str(exc.kind)
+            self._log_health(now)
+            return
+        status.ok, status.error, status.error_kind = True, None, None
+        status.last_success_at = now
+        status.partial_errors = [str(e) for e in result.errors]
+        status.notices = list(result.notices)
+        added = self.store.add(result.series)
+        self._note_dropped(added)
+        self.store.trim(now - self.options.retention_s)
+        self.node_info.update(result.node_info)
+        pub = await asyncio.to_thread(self._compute, now, result)
+        await self._persist(added, pub, now)
+        self.current = pub
+        self._log_health(now)
+
+    def _compute(self, now: float, result: FetchResult) -> Published:
+        keys = self.store.keys
+        quality = analysis.analyse(keys, self.store.newest_by_series(), now,
+                                   self.options.stale_after_s)
+        self.stale_nodes = quality.stale_nodes
+        snap = snapshot.build(self.store.columns, list(keys), now, self.provider.source,
+                              self.metric_names, quality.tags, dict(self.node_info))
+        return published.publish(snap)
+
+    async def _persist(self, added: AddResult, pub: Published, now: float) -> None:
+        if self.journal is None:
+            return
+        try:
+            body = await asyncio.to_thread(snapshot.to_bytes, pub.snapshot)
+            await self.journal.write_cycle(list(self.store.keys), added.added,
+                                           now - self.options.retention_s, body, now)
+        except JournalError as exc:
+            self._journal_failed(exc)
+            return
+        if not self.journal_status.ok:
+            log.info("journal %s writable again; persistence resumed", self.journal.path)
+        self.journal_status.ok, self.journal_status.error = True, None
+
+    def _journal_failed(self, exc: JournalError) -> None:
+        if self.journal_status.ok:
+            log.error("%s; serving from memory without persistence", exc)
+        self.journal_status.ok, self.journal_status.error = False, str(exc)
+
+    def _note_dropped(self, added: AddResult) -> None:
+        bad = {k: v for k, v in added.dropped.items() if v}
+        if bad:
+            log.debug("dropped bad samples: %s", bad)
+
+    # -- health -------------------------------------------------------------------------
+
+    def health(self, now: float | None = None) -> health.Verdict:
+        now = self.clock() if now is None else now
+        snap = self.current.snapshot if self.current else None
+        return health.evaluate(
+            now,
+            self.provider_status,
+            self.journal_status,
+            snap.taken_at if snap else None,
+            len(snap.nodes) if snap else 0,
+            self.stale_nodes,
+            self.options.max_snapshot_age_s,
+        )
+
+    def _log_health(self, now: float) -> None:
+        """Log each problem once when it appears and once when it clears."""
+        reasons = frozenset(self.health(now).body["reasons"])
+        for reason in sorted(reasons - self._last_reasons):
+            log.warning("%s", reason)
+        for reason in sorted(self._last_reasons - reasons):
+            log.info("recovered: %s", reason)
+        self._last_reasons = reasons
+
+    # -- the loop ---------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll until ``stop`` is set; each wait subtracts the time the cycle took."""
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                await self.cycle()
+            except Exception:  # the loop must survive anything a cycle does wrong
+                log.exception("poll cycle failed unexpectedly")
+            delay = max(0.0, self.options.poll_interval_s - (time.monotonic() - started))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+
+    async def close(self) -> None:
+        """Flush and close the journal and the provider."""
+        if self.journal is not None:
+            try:
+                await self.journal.checkpoint()
+            except JournalError as exc:
+                log.warning("%s", exc)
+            await self.journal.close()
+        await self.provider.close()

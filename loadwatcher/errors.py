@@ -1,0 +1,67 @@
+"""The project's exception tree.
+
+    LoadwatcherError
+    ├── ConfigError            bad setting; names the setting
+    ├── ProviderError          a backend fetch failed (kind tells how)
+    ├── JournalError           the SQLite journal cannot be read or written
+    └── ClientError            the bundled client could not get a usable snapshot
+
+Errors from aiohttp, aiosqlite and provider payloads are translated into these at the
+boundary (``raise ... from exc``) so callers never see a library's exception.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class LoadwatcherError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class ConfigError(LoadwatcherError):
+    """A configuration value is missing or invalid.
+
+    ``setting`` is the dotted name of the setting (``provider.address``) so that the
+    one-line message always names what to fix.
+    """
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(f"{setting}: {message}")
+        self.setting = setting
+        self.message = message
+
+
+class ProviderErrorKind(StrEnum):
+    """How a provider fetch failed; used as a label in logs, health and /metrics."""
+
+    CONNECT = "connect"
+    TIMEOUT = "timeout"
+    AUTH = "auth"
+    NOT_FOUND = "not_found"
+    BAD_QUERY = "bad_query"
+    BAD_RESPONSE = "bad_response"
+    SERVER = "server"
+    EMPTY = "empty"
+
+
+class ProviderError(LoadwatcherError):
+    """A backend request failed or answered something unusable."""
+
+    def __init__(self, kind: ProviderErrorKind, message: str, *, query: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.query = query
+
+    def __str__(self) -> str:
+        where = f" (query {self.query!r})" if self.query else ""
+        return f"{self.kind}: {self.message}{where}"
+
+
+class JournalError(LoadwatcherError):
+    """The journal file cannot be opened, read or written."""
+
+
+class ClientError(LoadwatcherError):
+    """The bundled client could not fetch or accept a /watcher snapshot."""

@@ -1,0 +1,223 @@
+"""The SQLite journal: raw samples and the last snapshot, so a restart serves at once.
+
+WAL mode, one connection (one writer), one transaction per cycle. ``synchronous=NORMAL``
+is enough: in WAL mode a killed process never loses a committed transaction (only a power
+loss can lose the last ones), and the file is never corrupted.
+
+Series ids in the file are the store's series ids (both are assigned in first-seen order
+and the store is loaded from the file at start), so samples are written as plain
+``(series, ts, value)`` triples.
+
+The file is created owner-only (0600). A file that is not a database, or fails its
+integrity check, is moved aside (``<name>.corrupt-<unix time>``) and a new one started:
+the service must not crash-loop on it, and the bad file is kept for inspection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiosqlite
+import numpy as np
+
+from loadwatcher.errors import JournalError
+from loadwatcher.model import Resource
+from loadwatcher.store import Columns
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS series (
+    id INTEGER PRIMARY KEY, node TEXT NOT NULL, resource TEXT NOT NULL,
+    UNIQUE (node, resource));
+CREATE TABLE IF NOT EXISTS samples (
+    series INTEGER NOT NULL, ts REAL NOT NULL, value REAL NOT NULL,
+    PRIMARY KEY (series, ts)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS samples_ts ON samples (ts);
+CREATE TABLE IF NOT EXISTS snapshot (
+    id INTEGER PRIMARY KEY CHECK (id = 1), taken_at REAL NOT NULL, body BLOB NOT NULL);
+"""
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """What the journal held at start."""
+
+    keys: list[tuple[str, Resource]]
+    samples: Columns
+
+
+@dataclass(frozen=True)
+class OpenReport:
+    """How opening went: ``quarantined`` names the file moved aside, if any."""
+
+    quarantined: str | None = None
+
+
+class Journal:
+    """One SQLite file; every method raises JournalError, never sqlite3 errors."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._db: aiosqlite.Connection | None = None
+        self._known_series = 0
+
+    async def open(self) -> OpenReport:
+        """Open (creating owner-only), check, and prepare the schema."""
+        quarantined = None
+        try:
+            await self._connect()
+            await self._check()
+        except sqlite3.DatabaseError as exc:
+            await self._close_quietly()
+            if isinstance(exc, sqlite3.OperationalError) and not _is_corruption(exc):
+                raise JournalError(f"cannot open journal {self.path}: {exc}") from exc
+            quarantined = self._quarantine()
+            try:
+                await self._connect()
+                await self._check()
+            except sqlite3.Error as exc2:
+                await self._close_quietly()
+                raise JournalError(f"cannot create journal {self.path}: {exc2}") from exc2
+        except OSError as exc:
+            await self._close_quietly()
+            raise JournalError(f"cannot open journal {self.path}: {exc.strerror}") from exc
+        return OpenReport(quarantined)
+
+    async def _connect(self) -> None:
+        path = Path(self.path)
+        if path.parent != Path("") and not path.parent.exists():
+            path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        os.close(fd)
+        self._db = await aiosqlite.connect(self.path, isolation_level=None)
+        await self._db.execute("PRAGMA journal_mode=WAL")
+        await self._db.execute("PRAGMA synchronous=NORMAL")
+        await self._db.execute("PRAGMA busy_timeout=2000")
+
+    async def _check(self) -> None:
+        db = self._conn()
+        # quick_check is the cheap form of integrity_check: it skips index cross-checks.
+        async with db.execute("PRAGMA quick_check") as cur:
+            row = await cur.fetchone()
+        if row is None or row[0] != "ok":
+            raise sqlite3.DatabaseError(f"integrity check failed: {row[0] if row else '?'}")
+        await db.executescript(_SCHEMA)
+        async with db.execute("SELECT value FROM meta WHERE key = 'schema'") as cur:
+            row = await cur.fetchone()
+        if row is None:
+            await db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        elif row[0] != str(SCHEMA_VERSION):
+            raise sqlite3.DatabaseError(f"unknown journal schema version {row[0]}")
+
+    def _quarantine(self) -> str:
+        target = f"{self.path}.corrupt-{int(time.time())}"
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.path + suffix):
+                os.replace(self.path + suffix, target + suffix)
+        return target
+
+    def _conn(self) -> aiosqlite.Connection:
+        if self._db is None:
+            raise JournalError("journal is not open")
+        return self._db
+
+    async def load_snapshot(self) -> bytes | None:
+        """The last snapshot's serialised body, if any."""
+        try:
+            async with self._conn().execute("SELECT body FROM snapshot WHERE id = 1") as cur:
+                row = await cur.fetchone()
+        except sqlite3.Error as exc:
+            raise JournalError(f"cannot read snapshot from {self.path}: {exc}") from exc
+        return bytes(row[0]) if row else None
+
+    async def load_samples(self, since: float) -> Recovered:
+        """Every series and the samples not older than ``since``, time-ordered per series."""
+        db = self._conn()
+        try:
+            async with db.execute("SELECT id, node, resource FROM series ORDER BY id") as cur:
+                rows = list(await cur.fetchall())
+            async with db.execute(
+                "SELECT series, ts, value FROM samples WHERE ts >= ? ORDER BY series, ts",
+                (since,),
+            ) as cur:
+                samples = list(await cur.fetchall())
+        except sqlite3.Error as exc:
+            raise JournalError(f"cannot read samples from {self.path}: {exc}") from exc
+        keys = [(str(r[1]), Resource(str(r[2]))) for r in rows]
+        self._known_series = len(keys)
+        if samples:
+            # Ids are dense 0..n-1 as written; map through a lookup anyway in case of gaps.
+            ids = np.asarray([int(r[0]) for r in rows], np.int64)
+            lookup = np.full(int(ids.max()) + 1, -1, np.int64)
+            lookup[ids] = np.arange(ids.shape[0])
+            arr = np.asarray(samples, dtype=np.float64)
+            sid = lookup[arr[:, 0].astype(np.int64)]
+            cols = Columns(sid, arr[:, 1].copy(), arr[:, 2].copy())
+        else:
+            cols = Columns(np.empty(0, np.int64), np.empty(0), np.empty(0))
+        return Recovered(keys, cols)
+
+    async def write_cycle(
+        self,
+        keys: list[tuple[str, Resource]],
+        added: Columns,
+        trim_before: float,
+        snapshot_body: bytes,
+        taken_at: float,
+    ) -> None:
+        """One transaction: new series, new samples, retention trim, the snapshot."""
+        db = self._conn()
+        new_series = [(i, n, str(r)) for i, (n, r) in enumerate(keys) if i >= self._known_series]
+        rows = list(zip(added.sid.tolist(), added.ts.tolist(), added.val.tolist(), strict=True))
+        try:
+            await db.execute("BEGIN IMMEDIATE")
+            try:
+                if new_series:
+                    await db.executemany(
+                        "INSERT OR IGNORE INTO series (id, node, resource) VALUES (?, ?, ?)",
+                        new_series,
+                    )
+                if rows:
+                    await db.executemany(
+                        "INSERT OR REPLACE INTO samples (series, ts, value) VALUES (?, ?, ?)", rows
+                    )
+                await db.execute("DELETE FROM samples WHERE ts < ?", (trim_before,))
+                await db.execute(
+                    "INSERT OR REPLACE INTO snapshot (id, taken_at, body) VALUES (1, ?, ?)",
+                    (taken_at, snapshot_body),
+                )
+                await db.execute("COMMIT")
+            except BaseException:
+                await db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise JournalError(f"cannot write journal {self.path}: {exc}") from exc
+        self._known_series = len(keys)
+
+    async def checkpoint(self) -> None:
+        """Fold the WAL into the main file (at shutdown)."""
+        try:
+            await self._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error as exc:
+            raise JournalError(f"cannot checkpoint journal {self.path}: {exc}") from exc
+
+    async def close(self) -> None:
+        await self._close_quietly()
+
+    async def _close_quietly(self) -> None:
+        if self._db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                await self._db.close()
+            self._db = None
+
+
+def _is_corruption(exc: sqlite3.Error) -> bool:
+    text = str(exc).lower()
+    return "not a database" in text or "malformed" in text or "integrity" in text

@@ -1,0 +1,119 @@
+"""Domain values shared by every layer: resources, operators, windows, sample series.
+
+Nothing here does I/O. Samples live in numpy arrays (seconds since the epoch as float64,
+values as float64 percent of node capacity), never as per-sample Python objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+import numpy.typing as npt
+
+from loadwatcher.errors import ProviderError
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class Resource(StrEnum):
+    """A node resource whose utilisation is tracked, in percent of capacity."""
+
+    CPU = "cpu"
+    MEMORY = "memory"
+    NETWORK = "network"
+    DISK = "disk"
+    ENERGY = "energy"
+
+    @property
+    def wire_type(self) -> str:
+        """The ``type`` string of the Go load-watcher wire format."""
+        return _WIRE_TYPES[self]
+
+
+_WIRE_TYPES = {
+    Resource.CPU: "CPU",
+    Resource.MEMORY: "Memory",
+    Resource.NETWORK: "Bandwidth",
+    Resource.DISK: "Storage",
+    Resource.ENERGY: "Energy",
+}
+
+
+class Operator(StrEnum):
+    """A rollup statistic, named as on the wire."""
+
+    LATEST = "Latest"
+    AVG = "AVG"
+    STD = "STD"
+    P50 = "P50"
+    P90 = "P90"
+    P95 = "P95"
+    P99 = "P99"
+    MAX = "MAX"
+    MIN = "MIN"
+
+
+# Wire order inside a node's ``metrics``: the Go TargetLoadPacking plugin takes the *last*
+# CPU metric whose operator is AVG or Latest, and LoadVariationRiskBalancing lets AVG
+# override Latest, so Latest must come before AVG for both to read the window average.
+WIRE_OPERATORS: tuple[Operator, ...] = (
+    Operator.LATEST,
+    Operator.AVG,
+    Operator.STD,
+    Operator.P50,
+    Operator.P90,
+    Operator.P95,
+    Operator.P99,
+    Operator.MAX,
+    Operator.MIN,
+)
+
+
+@dataclass(frozen=True, order=True)
+class Window:
+    """A rollup window: ``end - seconds <= t <= end``."""
+
+    seconds: int
+    name: str
+
+    @staticmethod
+    def parse(text: str) -> Window:
+        """``"5m"`` -> Window(300, "5m"); raises ValueError for anything not in WINDOWS."""
+        for w in WINDOWS:
+            if w.name == text:
+                return w
+        raise ValueError(f"unknown window {text!r}; expected one of 5m, 10m, 15m")
+
+
+WINDOWS: tuple[Window, ...] = (Window(300, "5m"), Window(600, "10m"), Window(900, "15m"))
+LONGEST_WINDOW_S = max(w.seconds for w in WINDOWS)
+
+
+@dataclass(frozen=True)
+class Series:
+    """Raw samples of one node and resource, timestamps ascending (seconds, float)."""
+
+    node: str
+    resource: Resource
+    ts: FloatArray
+    values: FloatArray
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """What one provider fetch produced.
+
+    ``series``: new raw samples (may overlap what was fetched before; the store dedupes).
+    ``errors``: queries that failed; the others' samples are still in ``series``.
+    ``known_nodes``: nodes the backend knows (node list), with or without samples.
+    ``node_info``: per node, extra facts for the wire ``metadata`` (capacity, allocatable).
+    ``notices``: human advice for /watcher/health, e.g. missing recording rules.
+    """
+
+    series: list[Series] = field(default_factory=list)
+    errors: list[ProviderError] = field(default_factory=list)
+    known_nodes: frozenset[str] = frozenset()
+    node_info: dict[str, dict[str, str]] = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)

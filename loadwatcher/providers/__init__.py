@@ -1,0 +1,1 @@
+"""Metrics providers: each turns one backend into raw ``Series`` of percent samples."""

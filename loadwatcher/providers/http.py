@@ -1,0 +1,174 @@
+"""HTTP plumbing shared by the HTTP backends: TLS, bearer tokens, timeouts, error mapping.
+
+Every aiohttp exception and every unusable answer is translated here into a
+``ProviderError`` with a kind, so providers deal only in parsed JSON.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+from loadwatcher.errors import ProviderError, ProviderErrorKind
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """How to reach one backend."""
+
+    address: str
+    token: str = ""
+    token_file: str | None = None
+    ca_file: str | None = None
+    insecure_skip_verify: bool = False
+    timeout_s: float = 10.0
+
+
+class TokenSource:
+    """A bearer token, inline or from a file that is re-read when it changes (rotation)."""
+
+    def __init__(self, token: str, token_file: str | None) -> None:
+        self._inline = token.strip()
+        self._file = token_file
+        self._cached = ""
+        self._stamp: tuple[float, int] | None = None
+
+    def get(self) -> str:
+        if not self._file:
+            return self._inline
+        try:
+            st = os.stat(self._file)
+            stamp = (st.st_mtime, st.st_size)
+            if stamp != self._stamp:
+                with open(self._file, encoding="utf-8") as fh:
+                    self._cached = fh.read().strip()
+                self._stamp = stamp
+        except OSError as exc:
+            raise ProviderError(
+                ProviderErrorKind.AUTH, f"cannot read token file {self._file}: {exc.strerror}"
+            ) from exc
+        return self._cached
+
+
+def ssl_context(settings: HttpSettings) -> ssl.SSLContext | bool:
+    """The TLS policy: verify by default, optionally with a custom CA, or not at all."""
+    if settings.insecure_skip_verify:
+        return False
+    if settings.ca_file:
+        return ssl.create_default_context(cafile=settings.ca_file)
+    return True
+
+
+class HttpBackend:
+    """A session to one backend with JSON GET/POST that raise only ProviderError."""
+
+    def __init__(self, settings: HttpSettings) -> None:
+        self.settings = settings
+        self._tokens = TokenSource(settings.token, settings.token_file)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _headers(self) -> dict[str, str]:
+        token = self._tokens.get()
+        headers = {"Accept": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return headers
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(ssl=ssl_context(self.settings), limit=16)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=self.settings.timeout_s),
+                json_serialize=lambda obj: orjson.dumps(obj).decode(),
+            )
+        return self._session
+
+    async def request_json(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        data: Mapping[str, str] | None = None,
+        query: str | None = None,
+    ) -> Any:
+        """Send one request and return the decoded JSON body; map every failure."""
+        url = self.settings.address + path
+        session = self._open()
+        try:
+            async with session.request(
+                method, url, params=params, data=data, headers=self._headers()
+            ) as resp:
+                body = await resp.read()
+                status = resp.status
+        except TimeoutError as exc:
+            raise ProviderError(
+                ProviderErrorKind.TIMEOUT,
+                f"{url} did not answer within {self.settings.timeout_s:g} s",
+                query=query,
+            ) from exc
+        except aiohttp.ClientConnectorError as exc:
+            raise ProviderError(
+                ProviderErrorKind.CONNECT,
+                f"cannot connect to {self.settings.address}: {exc.os_error}",
+                query=query,
+            ) from exc
+        except aiohttp.ClientError as exc:
+            raise ProviderError(
+                ProviderErrorKind.CONNECT,
+                f"request to {self.settings.address} failed: {exc}",
+                query=query,
+            ) from exc
+        return _decode(status, body, url, query)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _decode(status: int, body: bytes, url: str, query: str | None) -> Any:
+    try:
+        doc = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        doc = None
+    if status in (401, 403):
+        raise ProviderError(
+            ProviderErrorKind.AUTH, f"{url} answered {status}: check the token", query=query
+        )
+    if status == 404:
+        raise ProviderError(ProviderErrorKind.NOT_FOUND, f"{url} answered 404", query=query)
+    if status in (400, 422):
+        raise ProviderError(
+            ProviderErrorKind.BAD_QUERY,
+            f"{url} rejected the query: {_message(doc, body)}",
+            query=query,
+        )
+    if status >= 500:
+        raise ProviderError(
+            ProviderErrorKind.SERVER, f"{url} answered {status}: {_message(doc, body)}", query=query
+        )
+    if status >= 300:
+        raise ProviderError(ProviderErrorKind.BAD_RESPONSE, f"{url} answered {status}", query=query)
+    if doc is None:
+        raise ProviderError(
+            ProviderErrorKind.BAD_RESPONSE,
+            f"{url} answered {status} with a body that is not JSON",
+            query=query,
+        )
+    return doc
+
+
+def _message(doc: Any, body: bytes) -> str:
+    if isinstance(doc, dict):
+        for key in ("error", "message"):
+            if isinstance(doc.get(key), str):
+                return str(doc[key])[:300]
+    return body[:200].decode("utf-8", "replace").strip() or "(empty body)"

@@ -1,0 +1,81 @@
+"""Fixtures that start real backends on loopback (see tests/backends.py and DESIGN.md §11)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from backends import (
+    InfluxDBFactory,
+    PrometheusFactory,
+    Server,
+    VictoriaMetricsFactory,
+    influx_write,
+    start_influxdb,
+    start_prometheus,
+    start_victoria_metrics,
+    stop_all,
+)
+
+
+@pytest.fixture
+def prometheus_factory(tmp_path: Path) -> Iterator[PrometheusFactory]:
+    """``factory(openmetrics=None, *, extra_args=(), scrape_interval_s=15) -> Server``."""
+    servers: list[Server] = []
+
+    def factory(
+        openmetrics: str | None = None,
+        *,
+        extra_args: Sequence[str] = (),
+        scrape_interval_s: int = 15,
+    ) -> Server:
+        workdir = tmp_path / f"prometheus-{len(servers)}"
+        server = start_prometheus(
+            workdir, openmetrics, extra_args=extra_args, scrape_interval_s=scrape_interval_s
+        )
+        servers.append(server)
+        return server
+
+    try:
+        yield factory
+    finally:
+        stop_all(servers)
+
+
+@pytest.fixture
+def victoria_metrics_factory(tmp_path: Path) -> Iterator[VictoriaMetricsFactory]:
+    """``factory(import_lines=None, *, extra_args=()) -> Server``."""
+    servers: list[Server] = []
+
+    def factory(import_lines: str | None = None, *, extra_args: Sequence[str] = ()) -> Server:
+        workdir = tmp_path / f"victoria-metrics-{len(servers)}"
+        server = start_victoria_metrics(workdir, import_lines, extra_args=extra_args)
+        servers.append(server)
+        return server
+
+    try:
+        yield factory
+    finally:
+        stop_all(servers)
+
+
+@pytest.fixture
+def influxdb_factory(tmp_path: Path) -> Iterator[InfluxDBFactory]:
+    """``factory(lines=None, *, db="loadwatcher", precision="s") -> Server``."""
+    servers: list[Server] = []
+
+    def factory(
+        lines: str | None = None, *, db: str = "loadwatcher", precision: str = "s"
+    ) -> Server:
+        server = start_influxdb(tmp_path / f"influxdb-{len(servers)}")
+        servers.append(server)
+        if lines is not None:
+            influx_write(server, db, lines, precision)
+        return server
+
+    try:
+        yield factory
+    finally:
+        stop_all(servers)
+
