@@ -73,8 +73,9 @@ def _send(request: web.Request, body: Body) -> web.Response:
         return web.Response(status=304, headers=headers)
     if gz:
         headers["Content-Encoding"] = "gzip"
-    return web.Response(body=body.gz if gz else body.raw, headers=headers,
-                        content_type="application/json")
+    return web.Response(
+        body=body.gz if gz else body.raw, headers=headers, content_type="application/json"
+    )
 
 
 async def watcher(request: web.Request) -> web.Response:
@@ -109,8 +110,11 @@ def _serve(
 
 async def watcher_health(request: web.Request) -> web.Response:
     verdict = request.app[ENGINE_KEY].health()
-    return web.Response(status=200 if verdict.healthy else 503,
-                        body=orjson.dumps(verdict.body), content_type="application/json")
+    return web.Response(
+        status=200 if verdict.healthy else 503,
+        body=orjson.dumps(verdict.body),
+        content_type="application/json",
+    )
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -31,8 +31,9 @@ def build_engine(settings: Settings) -> Engine:
         retention_s=settings.journal.retention_s,
         provider_timeout_s=settings.provider.timeout_s,
     )
-    return Engine(factory.build_provider(settings), journal, options,
-                  factory.metric_names(settings))
+    return Engine(
+        factory.build_provider(settings), journal, options, factory.metric_names(settings)
+    )
 
 
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
@@ -47,8 +48,13 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     try:
         site = web.TCPSite(runner, settings.server.host, settings.server.port, reuse_address=True)
         await site.start()
-        log.info("listening on http://%s:%d (provider %s, journal %s)", settings.server.host,
-                 settings.server.port, settings.provider.name, settings.journal.path or "off")
+        log.info(
+            "listening on http://%s:%d (provider %s, journal %s)",
+            settings.server.host,
+            settings.server.port,
+            settings.provider.name,
+            settings.journal.path or "off",
+        )
         await engine.recover()
         poller = asyncio.create_task(engine.run(stop), name="loadwatcher-poll")
         await stop.wait()

@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     check = cfg_sub.add_parser("check", help="validate and print the effective configuration")
     _add_settings_flags(check)
     check.set_defaults(func=_config_check)
+    table = cfg_sub.add_parser("table", help="print every setting as a Markdown table")
+    table.set_defaults(func=_config_table)
 
     try:
         from loadwatcher.scoring import cli as scoring_cli
@@ -73,6 +75,11 @@ def _config_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config_table(args: argparse.Namespace) -> int:
+    sys.stdout.write(config.markdown_table())
+    return 0
+
+
 def _serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     logging.basicConfig(
@@ -84,8 +91,11 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         asyncio.run(app.serve(settings))
     except OSError as exc:
-        print(f"loadwatcher: cannot listen on {settings.server.host}:{settings.server.port}: "
-              f"{exc.strerror}", file=sys.stderr)
+        print(
+            f"loadwatcher: cannot listen on {settings.server.host}:{settings.server.port}: "
+            f"{exc.strerror}",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:
         return 130

@@ -148,7 +148,7 @@ SPECS: tuple[Spec, ...] = (
         "provider.name",
         _provider,
         "host",
-        "host | prometheus | influxdb | metrics-server",
+        "which backend to poll: host, prometheus, influxdb or metrics-server",
         env=("METRICS_PROVIDER_NAME",),
         flag="provider",
     ),
@@ -217,7 +217,7 @@ SPECS: tuple[Spec, ...] = (
         False,
         "when the recording rules return nothing, query raw node-exporter metrics instead",
     ),
-    Spec("log.level", _str, "INFO", "DEBUG | INFO | WARNING | ERROR", flag="log_level"),
+    Spec("log.level", _str, "INFO", "log level: DEBUG, INFO, WARNING or ERROR", flag="log_level"),
 )
 
 SPECS_BY_KEY = {spec.key: spec for spec in SPECS}
@@ -399,6 +399,26 @@ def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> 
         except OSError as exc:
             raise ConfigError("--config", f"cannot read {path}: {exc.strerror}") from exc
     return resolve(text, env, flags, yaml_source=path or "config")
+
+
+def markdown_table() -> str:
+    """Every setting as a Markdown table (the README's configuration reference)."""
+    rows = [
+        "| setting (YAML) | environment | flag | default | meaning |",
+        "|---|---|---|---|---|",
+    ]
+    for spec in SPECS:
+        env = ", ".join(f"`{name}`" for name in (spec.env_name, *spec.env))
+        flag = f"`--{spec.flag.replace('_', '-')}`" if spec.flag else ""
+        default = spec.default
+        if isinstance(default, bool):
+            shown = f"`{str(default).lower()}`"
+        elif default is None or default == "":
+            shown = "(none)"
+        else:
+            shown = f"`{default}`"
+        rows.append(f"| `{spec.key}` | {env} | {flag} | {shown} | {spec.description} |")
+    return "\n".join(rows) + "\n"
 
 
 def effective(settings: Settings) -> dict[str, dict[str, Any]]:

@@ -73,8 +73,11 @@ class Engine:
             report = await self.journal.open()
             self.journal_status.quarantined = report.quarantined
             if report.quarantined:
-                log.error("journal %s was corrupt; moved aside to %s and started a new one",
-                          self.journal.path, report.quarantined)
+                log.error(
+                    "journal %s was corrupt; moved aside to %s and started a new one",
+                    self.journal.path,
+                    report.quarantined,
+                )
             body = await self.journal.load_snapshot()
             if body is not None:
                 try:
@@ -84,12 +87,18 @@ class Engine:
                 else:
                     self.current = await asyncio.to_thread(published.publish, snap)
                     self.node_info = dict(snap.node_info)
-                    log.info("serving the journal's snapshot from %.0f s ago (%d nodes)",
-                             self.clock() - snap.taken_at, len(snap.nodes))
+                    log.info(
+                        "serving the journal's snapshot from %.0f s ago (%d nodes)",
+                        self.clock() - snap.taken_at,
+                        len(snap.nodes),
+                    )
             recovered = await self.journal.load_samples(self.clock() - self.options.retention_s)
             self.store.load(recovered.keys, recovered.samples)
-            log.info("recovered %d samples of %d series from the journal",
-                     len(recovered.samples), len(recovered.keys))
+            log.info(
+                "recovered %d samples of %d series from the journal",
+                len(recovered.samples),
+                len(recovered.keys),
+            )
         except JournalError as exc:
             self._journal_failed(exc)
             await self.journal.close()
@@ -123,11 +132,19 @@ class Engine:
 
     def _compute(self, now: float, result: FetchResult) -> Published:
         keys = self.store.keys
-        quality = analysis.analyse(keys, self.store.newest_by_series(), now,
-                                   self.options.stale_after_s)
+        quality = analysis.analyse(
+            keys, self.store.newest_by_series(), now, self.options.stale_after_s
+        )
         self.stale_nodes = quality.stale_nodes
-        snap = snapshot.build(self.store.columns, list(keys), now, self.provider.source,
-                              self.metric_names, quality.tags, dict(self.node_info))
+        snap = snapshot.build(
+            self.store.columns,
+            list(keys),
+            now,
+            self.provider.source,
+            self.metric_names,
+            quality.tags,
+            dict(self.node_info),
+        )
         return published.publish(snap)
 
     async def _persist(self, added: AddResult, pub: Published, now: float) -> None:
@@ -135,8 +152,9 @@ class Engine:
             return
         try:
             body = await asyncio.to_thread(snapshot.to_bytes, pub.snapshot)
-            await self.journal.write_cycle(list(self.store.keys), added.added,
-                                           now - self.options.retention_s, body, now)
+            await self.journal.write_cycle(
+                list(self.store.keys), added.added, now - self.options.retention_s, body, now
+            )
         except JournalError as exc:
             self._journal_failed(exc)
             return

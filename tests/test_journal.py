@@ -1,0 +1,104 @@
+"""The SQLite journal: restart from it, owner-only file, corrupt and unusable files."""
+
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+import stat
+import time
+from pathlib import Path
+
+import pytest
+from backends import free_port, openmetrics_text
+from service import prometheus_engine
+from synth import node_history, node_names
+
+from loadwatcher import render
+from loadwatcher.render import Format
+
+pytestmark = pytest.mark.backend
+
+
+async def test_restart_serves_the_saved_snapshot_then_resumes(prometheus_factory, tmp_path) -> None:
+    db = tmp_path / "lw.db"
+    now = time.time()
+    history = node_history(6, math.floor(now) - 1)
+    prom = prometheus_factory(openmetrics_text(history))
+    first = prometheus_engine(prom.url, LOADWATCHER_JOURNAL_PATH=str(db))
+    await first.recover()
+    await first.cycle(now)
+    assert first.current is not None
+    saved = render.document(first.current.snapshot, "15m", Format.DEFAULT)
+    held = len(first.store.columns)
+    await first.close()
+    assert stat.S_IMODE(os.stat(db).st_mode) == 0o600
+
+    prom.stop()  # the provider is down when the service comes back
+    second = prometheus_engine(
+        prom.url, LOADWATCHER_JOURNAL_PATH=str(db), LOADWATCHER_PROVIDER_TIMEOUT_S="1"
+    )
+    try:
+        await second.recover()
+        assert second.current is not None
+        assert render.document(second.current.snapshot, "15m", Format.DEFAULT) == saved
+        assert len(second.store.columns) == held
+        await second.cycle(now + 15)
+        verdict = second.health(now + 15)
+        assert not verdict.healthy and verdict.body["provider"]["ok"] is False
+        # Still serving the last good snapshot, with its true time.
+        assert second.current.snapshot.taken_at == pytest.approx(now)
+        assert second.current.snapshot.nodes == node_names(history)
+    finally:
+        await second.close()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+async def test_retention_trims_old_samples_from_the_file(prometheus_factory, tmp_path) -> None:
+    db = tmp_path / "lw.db"
+    now = time.time()
+    prom = prometheus_factory(openmetrics_text(node_history(2, math.floor(now) - 1)))
+    engine = prometheus_engine(prom.url, LOADWATCHER_JOURNAL_PATH=str(db))
+    await engine.recover()
+    await engine.cycle(now)
+    await engine.cycle(now + 600)  # nothing new; 600 s later the oldest samples expire
+    await engine.close()
+    with sqlite3.connect(db) as conn:
+        oldest = conn.execute("SELECT min(ts) FROM samples").fetchone()[0]
+        count = conn.execute("SELECT count(*) FROM samples").fetchone()[0]
+    assert oldest >= now + 600 - 1020
+    assert count == len(engine.store.columns)
+
+
+async def test_corrupt_file_is_moved_aside(tmp_path) -> None:
+    db = tmp_path / "lw.db"
+    db.write_bytes(b"this is not a database, it is garbage" * 100)
+    engine = prometheus_engine(f"http://127.0.0.1:{free_port()}", LOADWATCHER_JOURNAL_PATH=str(db))
+    try:
+        await engine.recover()
+        assert engine.journal is not None and engine.journal_status.ok
+        quarantined = engine.journal_status.quarantined
+        assert quarantined is not None and Path(quarantined).read_bytes().startswith(b"this is")
+        assert engine.health().body["journal"]["quarantined"] == quarantined
+    finally:
+        await engine.close()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+async def test_unusable_path_runs_without_persistence(prometheus_factory, tmp_path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    now = time.time()
+    prom = prometheus_factory(openmetrics_text(node_history(2, math.floor(now) - 1)))
+    engine = prometheus_engine(prom.url, LOADWATCHER_JOURNAL_PATH=str(blocker / "lw.db"))
+    try:
+        await engine.recover()
+        await engine.cycle(now)
+        assert engine.current is not None  # still serving from memory
+        verdict = engine.health(now)
+        assert not verdict.healthy
+        assert any("journal unwritable" in r and "lw.db" in r for r in verdict.body["reasons"])
+    finally:
+        await engine.close()

@@ -1,0 +1,145 @@
+"""The Prometheus provider against real servers: failures, advice, incremental fetches."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+from backends import free_port, openmetrics_text, vm_import, vm_import_lines
+from service import prometheus_engine
+from synth import CPU_METRIC, MEM_METRIC, node_history, node_names
+
+from loadwatcher.model import Resource
+from loadwatcher.providers.prometheus import node_name, range_query
+
+pytestmark = pytest.mark.backend
+
+
+async def test_one_failing_query_keeps_the_others(prometheus_factory) -> None:
+    now = time.time()
+    history = node_history(5, math.floor(now) - 1)
+    prom = prometheus_factory(openmetrics_text(history))
+    engine = prometheus_engine(prom.url, LOADWATCHER_PROMETHEUS_CPU_QUERY="rate(broken[")
+    try:
+        await engine.cycle(now)
+        assert engine.current is not None
+        snap = engine.current.snapshot
+        assert snap.resources == {Resource.MEMORY}
+        assert snap.nodes == node_names(history)
+        verdict = engine.health(now)
+        assert not verdict.healthy
+        assert any("bad_query" in r and "broken" in r for r in verdict.body["reasons"])
+    finally:
+        await engine.close()
+
+
+async def test_provider_down_at_start() -> None:
+    engine = prometheus_engine(
+        f"http://127.0.0.1:{free_port()}", LOADWATCHER_PROVIDER_TIMEOUT_S="2"
+    )
+    try:
+        await engine.cycle()
+        assert engine.current is None
+        verdict = engine.health()
+        assert not verdict.healthy
+        assert verdict.body["provider"]["errorKind"] == "connect"
+        assert any(r.startswith("provider down: connect") for r in verdict.body["reasons"])
+    finally:
+        await engine.close()
+
+
+async def test_missing_recording_rules_are_explained(prometheus_factory) -> None:
+    now = time.time()
+    raw = [("node_load1", {"instance": "10.0.0.1:9100"}, [(math.floor(now) - 10, 1.0)])]
+    prom = prometheus_factory(openmetrics_text(raw))
+    engine = prometheus_engine(prom.url)
+    try:
+        await engine.cycle(now)
+        reasons = " | ".join(engine.health(now).body["reasons"])
+        assert "recording rules are not installed" in reasons
+        assert "prometheus.cpu_query" in reasons and "prometheus.memory_query" in reasons
+        assert "fallback_node_exporter" in reasons
+    finally:
+        await engine.close()
+
+
+async def test_node_exporter_fallback(prometheus_factory) -> None:
+    """Without recording rules, raw node-exporter metrics give the same utilisation."""
+    now = time.time()
+    end = math.floor(now) - 1
+    times = [end - 900 + 15 * k for k in range(61)]
+    inst = {"instance": "10.0.0.7:9100", "job": "node"}
+    series = [
+        (
+            "node_cpu_seconds_total",
+            {**inst, "cpu": str(c), "mode": "idle"},
+            [(t, 0.75 * (t - times[0])) for t in times],
+        )  # idle 75 % of the time: 25 % busy
+        for c in range(2)
+    ]
+    series += [
+        ("node_memory_MemAvailable_bytes", inst, [(t, 6e9) for t in times]),
+        ("node_memory_MemTotal_bytes", inst, [(t, 8e9) for t in times]),
+    ]
+    prom = prometheus_factory(openmetrics_text(series))
+    engine = prometheus_engine(prom.url, LOADWATCHER_PROMETHEUS_FALLBACK_NODE_EXPORTER="true")
+    try:
+        await engine.cycle(now)
+        assert engine.current is not None
+        snap = engine.current.snapshot
+        stats = snap.windows["5m"]
+        by_resource = {snap.keys[int(s)][1]: i for i, s in enumerate(stats.sids)}
+        avg = stats.values[next(iter(stats.values))]  # Latest
+        assert avg[by_resource[Resource.CPU]] == pytest.approx(25.0, abs=1e-6)
+        assert avg[by_resource[Resource.MEMORY]] == pytest.approx(25.0, abs=1e-6)
+        assert snap.nodes == {"10.0.0.7"}
+        reasons = " ".join(engine.health(now).body["reasons"])
+        assert "using node-exporter fallback" in reasons
+    finally:
+        await engine.close()
+
+
+async def test_incremental_fetch_adds_only_new_samples(victoria_metrics_factory) -> None:
+    now = time.time()
+    end = math.floor(now) - 60.5
+    history = node_history(4, end, span_s=1000.0)
+    vm = victoria_metrics_factory(vm_import_lines(history))
+    engine = prometheus_engine(vm.url)
+    try:
+        await engine.cycle(now)
+        held = len(engine.store.columns)
+        # A cold start reads the whole retention (1020 s) and nothing older.
+        assert held == sum(1 for _, _, pts in history for t, _ in pts if t > now - 1020)
+        assert engine.store.columns.ts.min() > now - 1020
+        newer = [
+            (m, labels, [(end + 15.0 * k, 0.5) for k in (1, 2, 3, 4)]) for m, labels, _ in history
+        ]
+        vm_import(vm, vm_import_lines(newer))
+        await engine.cycle(now + 1)
+        assert len(engine.store.columns) == held + 4 * 2 * 4
+        assert engine.provider_status.ok
+    finally:
+        await engine.close()
+
+
+def test_range_query_uses_a_subquery_for_expressions() -> None:
+    assert range_query(CPU_METRIC, 960, 15) == f"{CPU_METRIC}[960s]"
+    assert range_query(f'{MEM_METRIC}{{job="node"}}', 60, 15) == f'{MEM_METRIC}{{job="node"}}[60s]'
+    assert range_query("1 - avg(x)", 60, 15.0) == "(1 - avg(x))[60s:15s]"
+
+
+@pytest.mark.parametrize(
+    ("value", "strip", "expected"),
+    [
+        ("10.0.0.3:9100", True, "10.0.0.3"),
+        ("node-1:9100", True, "node-1"),
+        ("node-1", True, "node-1"),
+        ("[::1]:9100", True, "::1"),
+        ("fe80::1", True, "fe80::1"),
+        ("10.0.0.3:9100", False, "10.0.0.3:9100"),
+        ("host:abc", True, "host:abc"),
+    ],
+)
+def test_node_name_strips_only_a_port(value, strip, expected) -> None:
+    assert node_name(value, strip) == expected

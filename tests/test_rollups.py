@@ -1,0 +1,112 @@
+"""Rollups against numpy on the same samples, per series (property-based and edge rows)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loadwatcher import rollups
+from loadwatcher.model import WINDOWS, Operator, Resource, Series, Window
+from loadwatcher.store import SampleStore
+
+W15 = WINDOWS[-1]
+
+
+def reference(ts: np.ndarray, val: np.ndarray, start: float, end: float) -> dict[str, float]:
+    inside = (ts >= start) & (ts <= end)
+    v, t = val[inside], ts[inside]
+    return {
+        "AVG": float(v.mean()),
+        "STD": float(v.std()),
+        "P50": float(np.percentile(v, 50)),
+        "P90": float(np.percentile(v, 90)),
+        "P95": float(np.percentile(v, 95)),
+        "P99": float(np.percentile(v, 99)),
+        "MAX": float(v.max()),
+        "MIN": float(v.min()),
+        "Latest": float(v[np.argmax(t)]),
+        "count": int(v.size),
+    }
+
+
+series_strategy = st.lists(
+    st.lists(
+        st.tuples(st.integers(0, 2000), st.floats(0, 100, allow_nan=False)),
+        min_size=1,
+        max_size=40,
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(series_strategy, st.sampled_from(WINDOWS), st.integers(0, 2100))
+def test_every_operator_matches_numpy(raw, window: Window, end: int) -> None:
+    store = SampleStore()
+    inputs = []
+    for i, points in enumerate(raw):
+        by_ts = dict(points)  # the store keeps one value per timestamp (the last given)
+        ts = np.array(sorted(by_ts), dtype=np.float64)
+        val = np.array([by_ts[int(t)] for t in ts], dtype=np.float64)
+        inputs.append((ts, val))
+        store.add([Series(f"n{i}", Resource.CPU, ts, val)])
+    stats = rollups.compute(store.columns, len(store.keys), window, end)
+    expected_present = [
+        i for i, (ts, _) in enumerate(inputs) if ((ts >= end - window.seconds) & (ts <= end)).any()
+    ]
+    assert stats.sids.tolist() == expected_present
+    for row, sid in enumerate(stats.sids.tolist()):
+        ts, val = inputs[sid]
+        ref = reference(ts, val, end - window.seconds, end)
+        assert int(stats.count[row]) == ref.pop("count")
+        for op, value in ref.items():
+            assert stats.values[Operator(op)][row] == pytest.approx(value, rel=1e-12, abs=1e-9)
+
+
+def test_window_is_closed_on_both_ends() -> None:
+    store = SampleStore()
+    ts = np.array([99.0, 100.0, 700.0, 1000.0, 1001.0])
+    store.add([Series("n", Resource.CPU, ts, np.array([1.0, 2.0, 3.0, 4.0, 5.0]))])
+    stats = rollups.compute(store.columns, 1, W15, 1000)
+    assert stats.count.tolist() == [3]
+    assert stats.values[Operator.AVG].tolist() == [3.0]
+    assert stats.values[Operator.LATEST].tolist() == [4.0]
+
+
+def test_constant_series_has_exact_mean_and_zero_std() -> None:
+    store = SampleStore()
+    ts = np.arange(0.0, 900.0, 15.0)
+    store.add([Series("n", Resource.MEMORY, ts, np.full(ts.shape, 1.6))])
+    stats = rollups.compute(store.columns, 1, W15, 900)
+    assert stats.values[Operator.AVG][0] == 1.6
+    assert stats.values[Operator.STD][0] == 0.0
+
+
+def test_single_sample_and_empty_window() -> None:
+    store = SampleStore()
+    store.add([Series("n", Resource.CPU, np.array([500.0]), np.array([42.5]))])
+    one = rollups.compute(store.columns, 1, W15, 600)
+    assert {op: float(v[0]) for op, v in one.values.items()} == {
+        op: (0.0 if op is Operator.STD else 42.5) for op in one.values
+    }
+    none = rollups.compute(store.columns, 1, WINDOWS[0], 2000)
+    assert none.sids.size == 0 and all(v.size == 0 for v in none.values.values())
+
+
+def test_store_drops_bad_values_and_duplicates() -> None:
+    store = SampleStore()
+    ts = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    val = np.array([10.0, np.nan, -1.0, 150.0, np.inf, 100.5])
+    result = store.add([Series("n", Resource.CPU, ts, val)])
+    assert result.dropped == {"non_finite": 2, "negative": 1, "over_100": 1}
+    assert store.columns.val.tolist() == [10.0, 100.5]
+    again = store.add([Series("n", Resource.CPU, np.array([6.0, 7.0]), np.array([1.0, 2.0]))])
+    assert again.added.ts.tolist() == [7.0]  # 6.0 is already held
+    assert store.newest() == 7.0
+
+
+def test_window_bounds_are_whole_seconds() -> None:
+    assert rollups.window_bounds(1000.9, W15) == (100, 1000)
