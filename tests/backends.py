@@ -13,7 +13,11 @@ Observed boundary semantics (verified in ``tests/test_backends.py``):
 * Prometheus 2.42: a range selector ``m[15m]`` evaluated at ``t`` selects samples with
   ``t - 15m <= ts <= t``: both edges are included (Prometheus 3.0 made the left edge open).
 * VictoriaMetrics 1.79: ``m[15m]`` and ``*_over_time(m[15m])`` at ``t`` select
-  ``t - 15m < ts <= t``: the left edge is excluded, the right edge included.
+  ``t - 15m < ts <= t``: the left edge is excluded, the right edge included. But an instant
+  query whose ``time`` is within ``max(-search.latencyOffset, 1s)`` of VM's clock is evaluated
+  at ``clock - offset`` unless the query has ``nocache=1`` (see ``start_victoria_metrics``).
+  Values are stored as decimals with ~12 significant digits (relative error < 1e-12; a block
+  shares one decimal exponent, so tiny values beside huge ones lose more): not bit-exact.
 * InfluxQL (InfluxDB 1.6): ``time >= X AND time <= Y`` includes both edges, ``>`` and ``<``
   exclude them, exactly as written.
 """
@@ -28,6 +32,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -79,7 +84,9 @@ def require_binary(name: str) -> str:
     if path is not None:
         return path
     package = DEBIAN_PACKAGES.get(name, name)
-    message = f"{name} not found on PATH: install the Debian package {package!r} (apt-get install {package})"
+    message = (
+        f"{name} not found on PATH: install Debian package {package!r} (apt-get install {package})"
+    )
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
@@ -104,15 +111,24 @@ def http_request(
     body: bytes | None = None,
     content_type: str = "text/plain; charset=utf-8",
     timeout_s: float = 10.0,
+    context: ssl.SSLContext | None = None,
 ) -> tuple[int, bytes]:
-    """Send one request (no proxy); return ``(status, body)`` for any HTTP status."""
+    """Send one request (no proxy); return ``(status, body)`` for any HTTP status.
+
+    ``context`` verifies an ``https://`` server (e.g. ``ssl.create_default_context(cafile=...)``).
+    """
     if params:
         url = f"{url}?{urllib.parse.urlencode({k: str(v) for k, v in params.items()})}"
     request = urllib.request.Request(url, data=body, method=method)
     if body is not None:
         request.add_header("Content-Type", content_type)
+    opener = _OPENER
+    if context is not None:
+        opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
+        )
     try:
-        with _OPENER.open(request, timeout=timeout_s) as response:
+        with opener.open(request, timeout=timeout_s) as response:
             status: int = response.status
             return status, response.read()
     except urllib.error.HTTPError as exc:
@@ -157,6 +173,8 @@ class Server:
     ready_status: int = 200
     env: dict[str, str] | None = None
     ready_timeout_s: float = READY_TIMEOUT_S
+    ssl_context: ssl.SSLContext | None = None
+    """Set for an ``https://`` server: how the readiness probe verifies it."""
     process: subprocess.Popen[bytes] | None = None
     startup_s: float = 0.0
     """Seconds the last ``start()`` took from spawn to ready."""
@@ -178,7 +196,9 @@ class Server:
             self.stop()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
-            log.write(f"==== {time.strftime('%H:%M:%S')} starting: {' '.join(self.argv)}\n".encode())
+            log.write(
+                f"==== {time.strftime('%H:%M:%S')} starting: {' '.join(self.argv)}\n".encode()
+            )
             log.flush()
             began = time.monotonic()
             self.process = subprocess.Popen(
@@ -193,6 +213,11 @@ class Server:
         _LIVE[self.process.pid] = self.process
         try:
             self._wait_ready(began)
+            if self.process.poll() is not None:  # the answer came from another process
+                raise BackendError(
+                    f"{self.name} exited right after {self.url} answered (port taken?).\n"
+                    f"--- tail of {self.log_path} ---\n{_tail(self.log_path)}"
+                )
         except BaseException:
             self.kill()
             raise
@@ -212,7 +237,7 @@ class Server:
                     f"--- tail of {self.log_path} ---\n{_tail(self.log_path)}"
                 )
             try:
-                status, _ = http_request("GET", url, timeout_s=1.0)
+                status, _ = http_request("GET", url, timeout_s=1.0, context=self.ssl_context)
                 if status == self.ready_status:
                     return
                 last = f"HTTP {status}"
@@ -258,7 +283,7 @@ class Server:
 
 
 def stop_all(servers: Sequence[Server]) -> None:
-    """Stop every server (last started first) by PID; try them all, then re-raise the first error."""
+    """Stop every server (last started first) by PID; try all, then re-raise the first error."""
     errors: list[BaseException] = []
     for server in reversed(servers):
         try:
@@ -289,6 +314,8 @@ def _launch(
     *,
     ready_status: int = 200,
     env: dict[str, str] | None = None,
+    scheme: str = "http",
+    ssl_context: ssl.SSLContext | None = None,
     attempts: int = 3,
 ) -> Server:
     """Start a server on a fresh free port; retry on another port if that one got taken."""
@@ -298,7 +325,7 @@ def _launch(
         port = free_port()
         server = Server(
             name=name,
-            url=f"http://127.0.0.1:{port}",
+            url=f"{scheme}://127.0.0.1:{port}",
             port=port,
             data_dir=data_dir,
             log_path=workdir / f"{name}.log",
@@ -306,6 +333,7 @@ def _launch(
             ready_path=ready_path,
             ready_status=ready_status,
             env=env,
+            ssl_context=ssl_context,
         )
         try:
             return server.start()
@@ -425,15 +453,22 @@ def start_prometheus(
     *,
     extra_args: Sequence[str] = (),
     scrape_interval_s: int = 15,
+    ready_scheme: str = "http",
+    ca_file: str | None = None,
 ) -> Server:
     """Start Prometheus on a loopback port with its TSDB under ``workdir/data``.
+
+    For a server with TLS (``extra_args=["--web.config.file=..."]``) pass
+    ``ready_scheme="https"`` and the CA that signed its certificate as ``ca_file``: the
+    readiness probe then verifies it, and ``Server.url`` starts with ``https://``.
 
     If ``openmetrics`` is given (see ``openmetrics_text``) it is turned into TSDB blocks with
     ``promtool tsdb create-blocks-from openmetrics`` before the server starts. No flag is
     needed for blocks whose samples run right up to now: a fresh TSDB starts its head after the
     newest block. promtool cuts blocks on 2 h boundaries aligned to the epoch, so a recent window
     that straddles such a boundary becomes two blocks; both are loaded and queried together.
-    Samples sent later (remote write) must be newer than the newest seeded sample.
+    (Not exercised here: samples appended later, e.g. by remote write, presumably must be newer
+    than the newest seeded sample, as the head starts after the blocks.)
     """
     prometheus = require_binary("prometheus")
     workdir.mkdir(parents=True, exist_ok=True)
@@ -451,7 +486,15 @@ def start_prometheus(
         seed = workdir / "seed.om.txt"
         seed.write_text(openmetrics)
         done = subprocess.run(
-            [promtool, "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(seed), str(data_dir)],
+            [
+                promtool,
+                "tsdb",
+                "create-blocks-from",
+                "openmetrics",
+                "--quiet",
+                str(seed),
+                str(data_dir),
+            ],
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
@@ -474,7 +517,14 @@ def start_prometheus(
             *extra_args,
         ]
 
-    return _launch("prometheus", workdir, data_dir, argv, "/-/ready")
+    if ready_scheme not in ("http", "https"):
+        raise ValueError(f"ready_scheme must be 'http' or 'https', not {ready_scheme!r}")
+    context = None
+    if ready_scheme == "https":
+        context = ssl.create_default_context(cafile=ca_file)
+    return _launch(
+        "prometheus", workdir, data_dir, argv, "/-/ready", scheme=ready_scheme, ssl_context=context
+    )
 
 
 # --------------------------------------------------------------------------- VictoriaMetrics
@@ -486,12 +536,16 @@ def start_victoria_metrics(
     """Start single-node VictoriaMetrics on a loopback port with its data under ``workdir/data``.
 
     Flags: ``-retentionPeriod=100y`` so seed data of any age is accepted (VM drops samples
-    older than the retention on import), ``-search.disableCache`` so a query never answers from
-    the rollup-result cache filled before a backfill, ``-search.latencyOffset=0s`` so a query at
-    ``time=now`` is not moved 30 s into the past (VM's default hides the newest 30 s). Self-scrape
-    stays off (the default), so the seed data is all there is. If ``import_lines``
-    (see ``vm_import_lines``) is given, it is POSTed to ``/api/v1/import`` and made searchable
-    at once with ``/internal/force_flush``.
+    outside the retention on import); ``-search.disableCache`` so no query answers from the
+    rollup-result cache filled before a backfill; ``-search.latencyOffset=0s`` because the
+    default (30s) evaluates any instant query whose ``time`` is within 30 s of VM's clock as of
+    ``clock - 30s`` (while labelling the result with the requested ``time``). VM 1.79 floors the
+    offset at 1 s, so a query at ``time≈now`` is still moved to ``clock - 1s``: add
+    ``nocache=1`` to the query (it disables that adjustment) or query at least 1 s in the past.
+    ``extra_args`` come last and override these (Go flags: last one wins).
+
+    If ``import_lines`` (see ``vm_import_lines``) is given, it is imported with ``vm_import``:
+    searchable at once and durable against ``kill()``.
     """
     binary = require_binary("victoria-metrics")
     data_dir = workdir / "data"
@@ -517,8 +571,14 @@ def start_victoria_metrics(
     return server
 
 
-def vm_import(server: Server, import_lines: str) -> None:
-    """POST JSON lines to ``/api/v1/import``, then ``/internal/force_flush`` so they are searchable."""
+def vm_import(server: Server, import_lines: str, *, durable: bool = True) -> None:
+    """POST JSON lines to ``/api/v1/import`` and make them searchable (``/internal/force_flush``).
+
+    VictoriaMetrics 1.79 keeps freshly flushed parts in memory for a few seconds: a SIGKILL
+    within ~2 s of a force_flush loses them. With ``durable`` (default) a snapshot is created
+    and deleted again, which writes everything to disk first (~10 ms), so seed data survives
+    ``Server.kill()``.
+    """
     status, body = http_request(
         "POST",
         server.url + "/api/v1/import",
@@ -530,6 +590,11 @@ def vm_import(server: Server, import_lines: str) -> None:
     status, body = http_request("GET", server.url + "/internal/force_flush")
     if status != 200:
         raise BackendError(f"VictoriaMetrics force_flush -> HTTP {status}: {body[:500]!r}")
+    if durable:
+        answer = get_json(server.url + "/snapshot/create")
+        if answer.get("status") != "ok":
+            raise BackendError(f"VictoriaMetrics snapshot/create -> {answer!r}")
+        get_json(server.url + "/snapshot/delete", {"snapshot": answer["snapshot"]})
 
 
 # --------------------------------------------------------------------------- InfluxDB 1.x
@@ -537,18 +602,25 @@ def vm_import(server: Server, import_lines: str) -> None:
 
 def _influx_config(workdir: Path, http_port: int, rpc_port: int) -> str:
     data = workdir / "data"
+
+    def q(path: Path) -> str:  # a TOML basic string
+        return json.dumps(str(path))
+
+    # Upstream 1.x reads ``reporting-disabled``; Debian's build patched it to
+    # ``reporting-enabled``. Unknown keys are ignored, so both are set.
     return f"""\
 reporting-disabled = true
+reporting-enabled = false
 bind-address = "127.0.0.1:{rpc_port}"
 
 [meta]
-  dir = "{data / "meta"}"
+  dir = {q(data / "meta")}
   retention-autocreate = true
   logging-enabled = true
 
 [data]
-  dir = "{data / "data"}"
-  wal-dir = "{data / "wal"}"
+  dir = {q(data / "data")}
+  wal-dir = {q(data / "wal")}
   index-version = "inmem"
   wal-fsync-delay = "0s"
   query-log-enabled = true
@@ -652,6 +724,8 @@ class PrometheusFactory(Protocol):
         *,
         extra_args: Sequence[str] = (),
         scrape_interval_s: int = 15,
+        ready_scheme: str = "http",
+        ca_file: str | None = None,
     ) -> Server: ...
 
 

@@ -21,7 +21,8 @@ from backends import (
 
 @pytest.fixture
 def prometheus_factory(tmp_path: Path) -> Iterator[PrometheusFactory]:
-    """``factory(openmetrics=None, *, extra_args=(), scrape_interval_s=15) -> Server``."""
+    """``factory(openmetrics=None, *, extra_args=(), scrape_interval_s=15, ready_scheme="http",
+    ca_file=None) -> Server``."""
     servers: list[Server] = []
 
     def factory(
@@ -29,10 +30,17 @@ def prometheus_factory(tmp_path: Path) -> Iterator[PrometheusFactory]:
         *,
         extra_args: Sequence[str] = (),
         scrape_interval_s: int = 15,
+        ready_scheme: str = "http",
+        ca_file: str | None = None,
     ) -> Server:
         workdir = tmp_path / f"prometheus-{len(servers)}"
         server = start_prometheus(
-            workdir, openmetrics, extra_args=extra_args, scrape_interval_s=scrape_interval_s
+            workdir,
+            openmetrics,
+            extra_args=extra_args,
+            scrape_interval_s=scrape_interval_s,
+            ready_scheme=ready_scheme,
+            ca_file=ca_file,
         )
         servers.append(server)
         return server
@@ -78,4 +86,3 @@ def influxdb_factory(tmp_path: Path) -> Iterator[InfluxDBFactory]:
         yield factory
     finally:
         stop_all(servers)
-

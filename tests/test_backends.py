@@ -31,6 +31,7 @@ from backends import (
     influx_query,
     openmetrics_text,
     require_binary,
+    vm_import,
     vm_import_lines,
 )
 
@@ -53,15 +54,15 @@ def window(samples: list[Sample], t: float, *, left_closed: bool) -> list[float]
     return [v for ts, v in samples if (ts >= lo if left_closed else ts > lo) and ts <= t]
 
 
-def query(server: Server, promql: str, t: float) -> list[dict[str, Any]]:
-    answer = get_json(server.url + "/api/v1/query", {"query": promql, "time": t})
+def query(server: Server, promql: str, t: float, **extra: str) -> list[dict[str, Any]]:
+    answer = get_json(server.url + "/api/v1/query", {"query": promql, "time": t, **extra})
     assert answer["status"] == "success", answer
     result: list[dict[str, Any]] = answer["data"]["result"]
     return result
 
 
-def one_value(server: Server, promql: str, t: float) -> float:
-    result = query(server, promql, t)
+def one_value(server: Server, promql: str, t: float, **extra: str) -> float:
+    result = query(server, promql, t, **extra)
     assert len(result) == 1, result
     return float(result[0]["value"][1])
 
@@ -71,9 +72,10 @@ def children_running(binary: str) -> list[psutil.Process]:
     found = []
     for child in psutil.Process().children(recursive=True):
         try:
-            if child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
-                if child.exe() == binary or Path(child.cmdline()[0]).name == Path(binary).name:
-                    found.append(child)
+            if child.status() != psutil.STATUS_ZOMBIE and (
+                child.exe() == binary or Path(child.cmdline()[0]).name == Path(binary).name
+            ):
+                found.append(child)
         except psutil.Error:
             continue
     return found
@@ -108,8 +110,7 @@ def test_vm_import_lines_and_influx_lines() -> None:
         '"values":[0.30000000000000004,2.0],"timestamps":[1700000000000,1700000000500]}\n'
     )
     assert influx_lines(series, precision="ms") == (
-        "cpu,node=n\\ 1 v=0.30000000000000004 1700000000000\n"
-        "cpu,node=n\\ 1 v=2.0 1700000000500\n"
+        "cpu,node=n\\ 1 v=0.30000000000000004 1700000000000\ncpu,node=n\\ 1 v=2.0 1700000000500\n"
     )
     with pytest.raises(ValueError, match="whole number"):
         influx_lines(series, precision="s")
@@ -117,7 +118,9 @@ def test_vm_import_lines_and_influx_lines() -> None:
         vm_import_lines([("cpu", {}, [(1.0, math.nan)])])
 
 
-@pytest.mark.parametrize(("ci", "outcome"), [("true", pytest.fail.Exception), ("", pytest.skip.Exception)])
+@pytest.mark.parametrize(
+    ("ci", "outcome"), [("true", pytest.fail.Exception), ("", pytest.skip.Exception)]
+)
 def test_require_binary_names_the_debian_package(
     monkeypatch: pytest.MonkeyPatch, ci: str, outcome: type[BaseException]
 ) -> None:
@@ -221,32 +224,49 @@ def test_victoria_metrics_avg_over_time_excludes_left_edge(
         math.isclose(g, v, rel_tol=1e-11) for (_, g), (_, v) in zip(got, expected, strict=True)
     )
 
-    avg = one_value(server, "avg_over_time(node_cpu[15m])", now)
+    # nocache=1: see test_victoria_metrics_moves_queries_near_its_clock.
+    avg = one_value(server, "avg_over_time(node_cpu[15m])", now, nocache="1")
     half_open = float(np.mean(window(a, now, left_closed=False)))
     closed = float(np.mean(window(a, now, left_closed=True)))
     assert math.isclose(avg, half_open, rel_tol=1e-11)
     assert not math.isclose(avg, closed, rel_tol=1e-6)
+    assert one_value(server, "tfirst_over_time(node_cpu[15m])", now, nocache="1") == now - 885
+    assert one_value(server, "tlast_over_time(node_cpu[15m])", now, nocache="1") == now
 
-    # Flushed data survives kill -9.
+    # Seed data survives kill -9 (vm_import snapshots it to disk); a graceful stop keeps
+    # data imported later too.
     server.kill()
     server.start()
-    assert one_value(server, "avg_over_time(node_cpu[15m])", now) == avg
+    assert one_value(server, "avg_over_time(node_cpu[15m])", now, nocache="1") == avg
+    b = history(now, seed=5)
+    vm_import(server, vm_import_lines([("node_mem", {}, b)]), durable=False)
+    server.stop()
+    server.start()
+    assert one_value(server, "count_over_time(node_mem[15m])", now, nocache="1") == 60
 
 
 @pytest.mark.backend
-def test_victoria_metrics_default_latency_offset_hides_the_last_30s(
+def test_victoria_metrics_moves_queries_near_its_clock(
     victoria_metrics_factory: VictoriaMetricsFactory,
 ) -> None:
-    """Why the harness passes -search.latencyOffset=0s: VM's default (30s) silently evaluates a
-    query at time≈now as of now-30s, while still labelling the result with time=now."""
-    now = int(time.time())
-    samples = history(now, seed=5)
-    server = victoria_metrics_factory(
-        vm_import_lines([("node_cpu", {}, samples)]), extra_args=["-search.latencyOffset=30s"]
-    )
-    result = query(server, "timestamp(node_cpu)", now)
-    assert float(result[0]["value"][0]) == now
-    assert float(result[0]["value"][1]) <= now - 30
+    """An instant query with ``time`` within max(latencyOffset, 1 s) of VM's clock is evaluated
+    at ``clock - offset`` but labelled with the requested ``time``; ``nocache=1`` turns that
+    off. Hence ``-search.latencyOffset=0s`` in the harness and ``nocache=1`` in parity queries."""
+    server = victoria_metrics_factory()
+    default = victoria_metrics_factory(extra_args=["-search.latencyOffset=30s"])
+    t = round(time.time() + 0.5, 3)  # 0.5 s ahead of VM's clock
+    samples = [(t - 40, 1.0), (t - 20, 2.0), (t - 0.3, 3.0)]
+    for s in (server, default):
+        vm_import(s, vm_import_lines([("node_cpu", {}, samples)]), durable=False)
+
+    moved = query(server, "last_over_time(node_cpu[1m])", t)
+    assert float(moved[0]["value"][0]) == t  # labelled with the requested time ...
+    assert float(moved[0]["value"][1]) == 2.0  # ... evaluated ~1 s earlier (1 s floor)
+    assert one_value(server, "last_over_time(node_cpu[1m])", t, nocache="1") == 3.0
+    assert one_value(server, "last_over_time(node_cpu[1m])", t + 5) == 3.0  # not near the clock
+
+    assert one_value(default, "last_over_time(node_cpu[1m])", t) == 1.0  # 30 s earlier
+    assert one_value(default, "last_over_time(node_cpu[1m])", t, nocache="1") == 3.0
 
 
 # --------------------------------------------------------------------------- InfluxDB
@@ -261,9 +281,8 @@ def test_influxdb_mean_stddev_and_time_range_inclusivity(influxdb_factory: Influ
     lo, hi = now - WINDOW_S, now
 
     def select(where: str) -> list[Any]:
-        answer = influx_query(
-            server, f"SELECT mean(v), stddev(v), count(v) FROM m WHERE node = 'a' AND {where}", db="lw"
-        )
+        q = f"SELECT mean(v), stddev(v), count(v) FROM m WHERE node = 'a' AND {where}"
+        answer = influx_query(server, q, db="lw")
         values: list[Any] = answer["results"][0]["series"][0]["values"][0]
         return values
 
