@@ -8,6 +8,7 @@ Routes (DESIGN §7): ``/watcher`` (``?host=``, ``?window=``, ``?format=``),
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 import orjson
@@ -17,6 +18,7 @@ from loadwatcher.engine import Engine
 from loadwatcher.model import WINDOWS
 from loadwatcher.published import Body
 from loadwatcher.render import Format
+from loadwatcher.selfmetrics import CONTENT_TYPE
 
 log = logging.getLogger("loadwatcher.api")
 
@@ -127,7 +129,25 @@ async def readyz(request: web.Request) -> web.Response:
     return web.Response(body=b'{"status":"ready"}', content_type="application/json")
 
 
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[ENGINE_KEY].metrics.exposition()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def timing(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Request duration by route template (never the raw path: bounded label values)."""
+    started = time.perf_counter()
+    response = await handler(request)
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "unmatched"
+    request.app[ENGINE_KEY].metrics.http_duration.labels(route, str(response.status)).observe(
+        time.perf_counter() - started
+    )
+    return response
 
 
 @web.middleware
@@ -148,11 +168,15 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
 
 
 def make_app(engine: Engine) -> web.Application:
-    app = web.Application(middlewares=[json_errors], client_max_size=64 * 1024)
+    from loadwatcher import statuspage  # imported here: statuspage imports this module
+
+    app = web.Application(middlewares=[timing, json_errors], client_max_size=64 * 1024)
     app[ENGINE_KEY] = engine
     app.router.add_get("/watcher", watcher)
     app.router.add_get("/watcher/health", watcher_health)
     app.router.add_get("/watcher/{hostname}", watcher_host)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/", statuspage.status_page)
+    app.router.add_get("/metrics", metrics)
     return app

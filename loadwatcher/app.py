@@ -14,7 +14,7 @@ import signal
 
 from aiohttp import web
 
-from loadwatcher import api, factory
+from loadwatcher import analysis, api, factory
 from loadwatcher.config import Settings
 from loadwatcher.engine import Engine, EngineOptions
 from loadwatcher.journal import Journal
@@ -26,9 +26,11 @@ SHUTDOWN_GRACE_S = 10.0
 
 def build_engine(settings: Settings) -> Engine:
     journal = Journal(settings.journal.path) if settings.journal.path else None
+    a = settings.analysis
     options = EngineOptions(
         poll_interval_s=settings.poll.interval_s,
         retention_s=settings.journal.retention_s,
+        thresholds=analysis.Thresholds(a.stale_after_s, a.frozen_after_s, a.min_coverage),
         provider_timeout_s=settings.provider.timeout_s,
     )
     return Engine(

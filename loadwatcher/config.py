@@ -66,6 +66,13 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise ValueError(f"expected a fraction between 0 and 1, got {text!r}")
+    return value
+
+
 def _port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
@@ -95,6 +102,43 @@ def _url(text: str) -> str:
     if text and not text.startswith(("http://", "https://")):
         raise ValueError(f"expected an http:// or https:// URL, got {text!r}")
     return text.rstrip("/")
+
+
+def _influx_language(text: str) -> str:
+    key = text.strip().lower()
+    if key not in ("influxql", "flux"):
+        raise ValueError(f"expected influxql or flux, got {text!r}")
+    return key
+
+
+def _auth_scheme(text: str) -> str:
+    for scheme in ("Token", "Bearer"):
+        if text.strip().lower() == scheme.lower():
+            return scheme
+    raise ValueError(f"expected Token or Bearer, got {text!r}")
+
+
+def _tag_filter(text: str) -> str:
+    """``tag=value[,tag=value...]`` (or empty): tags a series must carry to be read."""
+    for pair in filter(None, (p.strip() for p in text.split(","))):
+        tag, sep, value = pair.partition("=")
+        if not sep or not tag.strip() or not value.strip():
+            raise ValueError(f"expected tag=value pairs separated by commas, got {text!r}")
+    return text.strip()
+
+
+def _percent_of(text: str) -> str:
+    key = text.strip().lower()
+    if key not in ("capacity", "allocatable"):
+        raise ValueError(f"expected capacity or allocatable, got {text!r}")
+    return key
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"expected an integer >= 0, got {text!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -217,6 +261,117 @@ SPECS: tuple[Spec, ...] = (
         False,
         "when the recording rules return nothing, query raw node-exporter metrics instead",
     ),
+    Spec(
+        "influxdb.query_language",
+        _influx_language,
+        "influxql",
+        "influxql (GET /query: InfluxDB 1.x, 2.x v1 API, 3.x) or flux (/api/v2/query: 2.x)",
+    ),
+    Spec(
+        "influxdb.database",
+        _str,
+        "telegraf",
+        "database (InfluxQL) or bucket (Flux) that holds the Telegraf measurements",
+    ),
+    Spec(
+        "influxdb.retention_policy",
+        _str,
+        "",
+        "InfluxQL retention policy; empty uses the database's default",
+    ),
+    Spec("influxdb.org", _str, "", "organisation name or ID; required for Flux"),
+    Spec(
+        "influxdb.auth_scheme",
+        _auth_scheme,
+        "Token",
+        "InfluxQL Authorization scheme for provider.token: Token (2.x, 3.x) or Bearer (1.x JWT)",
+    ),
+    Spec(
+        "influxdb.username",
+        _str,
+        "",
+        "InfluxQL only: when set, HTTP basic auth with this user and provider.token as password",
+    ),
+    Spec("influxdb.host_tag", _str, "host", "tag that holds the node name"),
+    Spec("influxdb.cpu_measurement", _str, "cpu", "measurement of CPU utilisation"),
+    Spec("influxdb.cpu_field", _str, "usage_idle", "field of CPU utilisation (or idleness)"),
+    Spec(
+        "influxdb.cpu_field_is_idle",
+        _bool,
+        True,
+        "the CPU field is idle percent: utilisation = 100 - field",
+    ),
+    Spec(
+        "influxdb.cpu_filter",
+        _tag_filter,
+        "cpu=cpu-total",
+        "tag=value pairs (comma-separated) that select the CPU series; empty for none",
+    ),
+    Spec("influxdb.memory_measurement", _str, "mem", "measurement of memory utilisation"),
+    Spec("influxdb.memory_field", _str, "used_percent", "field of memory utilisation"),
+    Spec(
+        "influxdb.memory_filter",
+        _tag_filter,
+        "",
+        "tag=value pairs (comma-separated) that select the memory series; empty for none",
+    ),
+    Spec(
+        "influxdb.scale",
+        _positive_float,
+        1.0,
+        "factor that turns field values into percent (100 for ratios 0..1)",
+    ),
+    Spec(
+        "influxdb.read_capacity",
+        _bool,
+        True,
+        "also read Telegraf's mem.total and system.n_cpus for the nodes' capacity metadata",
+    ),
+    Spec(
+        "kube.config",
+        _str,
+        "",
+        "kubeconfig file for metrics-server; empty means in-cluster service-account auth",
+        env=("KUBE_CONFIG",),
+    ),
+    Spec("kube.context", _str, "", "kubeconfig context to use; empty means its current-context"),
+    Spec(
+        "kube.percent_of",
+        _percent_of,
+        "capacity",
+        "divide metrics-server usage by node capacity or allocatable",
+    ),
+    Spec(
+        "kube.page_size",
+        _non_negative_int,
+        500,
+        "items per page when listing nodes and node metrics (0: no paging)",
+    ),
+    Spec(
+        "kube.node_list_interval_s",
+        _non_negative_float,
+        60.0,
+        "seconds between two reads of the node list (capacity, known nodes); 0: every poll",
+    ),
+    Spec(
+        "analysis.stale_after_s",
+        _positive_float,
+        300.0,
+        "a series whose newest sample is older than this is stale",
+    ),
+    Spec(
+        "analysis.frozen_after_s",
+        _non_negative_float,
+        600.0,
+        "a series whose value has not changed for this long is frozen (0 disables)",
+    ),
+    Spec(
+        "analysis.min_coverage",
+        _fraction,
+        0.5,
+        "a series with fewer than this share of its expected samples in the 15m window "
+        "has low coverage (0 disables)",
+    ),
     Spec("log.level", _str, "INFO", "log level: DEBUG, INFO, WARNING or ERROR", flag="log_level"),
 )
 
@@ -264,6 +419,42 @@ class PrometheusSettings:
 
 
 @dataclass(frozen=True)
+class InfluxDBSettings:
+    query_language: str
+    database: str
+    retention_policy: str
+    org: str
+    auth_scheme: str
+    username: str
+    host_tag: str
+    cpu_measurement: str
+    cpu_field: str
+    cpu_field_is_idle: bool
+    cpu_filter: str
+    memory_measurement: str
+    memory_field: str
+    memory_filter: str
+    scale: float
+    read_capacity: bool
+
+
+@dataclass(frozen=True)
+class KubeSettings:
+    config: str
+    context: str
+    percent_of: str
+    page_size: int
+    node_list_interval_s: float
+
+
+@dataclass(frozen=True)
+class AnalysisSettings:
+    stale_after_s: float
+    frozen_after_s: float
+    min_coverage: float
+
+
+@dataclass(frozen=True)
 class LogSettings:
     level: str
 
@@ -278,6 +469,9 @@ class Settings:
     provider: ProviderSettings
     prometheus: PrometheusSettings
     log: LogSettings
+    analysis: AnalysisSettings
+    influxdb: InfluxDBSettings
+    kube: KubeSettings
 
 
 _SECTIONS: dict[str, type[Any]] = {
@@ -287,6 +481,9 @@ _SECTIONS: dict[str, type[Any]] = {
     "provider": ProviderSettings,
     "prometheus": PrometheusSettings,
     "log": LogSettings,
+    "analysis": AnalysisSettings,
+    "influxdb": InfluxDBSettings,
+    "kube": KubeSettings,
 }
 
 
@@ -388,6 +585,20 @@ def _check(settings: Settings) -> None:
         raise ConfigError("log.level", f"unknown level {settings.log.level!r}")
     if settings.journal.retention_s < 900:
         raise ConfigError("journal.retention_s", "must be at least 900 (the 15m window)")
+    if provider.name == "influxdb":
+        _check_influxdb(settings.influxdb)
+    kubeconfig = settings.kube.config
+    if provider.name == "metrics-server" and kubeconfig and not Path(kubeconfig).is_file():
+        raise ConfigError("kube.config", f"no such file: {settings.kube.config} (KUBE_CONFIG)")
+
+
+def _check_influxdb(influx: InfluxDBSettings) -> None:
+    names = ("database", "host_tag", "cpu_measurement", "cpu_field")
+    for key in (*names, "memory_measurement", "memory_field"):
+        if not getattr(influx, key):
+            raise ConfigError(f"influxdb.{key}", "must not be empty")
+    if influx.query_language == "flux" and not influx.org:
+        raise ConfigError("influxdb.org", "required when influxdb.query_language is flux")
 
 
 def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> Settings:

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from loadwatcher import analysis, health, published, snapshot
+from loadwatcher.analysis import Quality
 from loadwatcher.errors import JournalError, ProviderError
 from loadwatcher.journal import Journal
-from loadwatcher.model import FetchResult, Resource
+from loadwatcher.model import Resource
 from loadwatcher.providers.base import Provider
 from loadwatcher.published import Published
+from loadwatcher.selfmetrics import SelfMetrics, State
 from loadwatcher.store import AddResult, SampleStore
 
 log = logging.getLogger("loadwatcher.engine")
@@ -30,7 +33,7 @@ log = logging.getLogger("loadwatcher.engine")
 class EngineOptions:
     poll_interval_s: float
     retention_s: float
-    stale_after_s: float = analysis.DEFAULT_STALE_AFTER_S
+    thresholds: analysis.Thresholds = field(default_factory=analysis.Thresholds)
     provider_timeout_s: float = 10.0
 
     @property
@@ -49,6 +52,7 @@ class Engine:
         options: EngineOptions,
         metric_names: dict[Resource, str],
         clock: Callable[[], float] = time.time,
+        metrics: SelfMetrics | None = None,
     ) -> None:
         self.provider = provider
         self.journal = journal
@@ -60,8 +64,12 @@ class Engine:
         self.node_info: dict[str, dict[str, str]] = {}
         self.provider_status = health.ProviderStatus(provider.source)
         self.journal_status = health.JournalStatus(journal.path if journal else None)
-        self.stale_nodes: tuple[str, ...] = ()
+        self.report = analysis.Report({})
+        self.known_nodes: frozenset[str] = frozenset()
+        self.metrics = metrics or SelfMetrics()
+        self.metrics.watch(self._metrics_state)
         self._last_reasons: frozenset[str] = frozenset()
+        self._last_quality: dict[str, str] = {}
 
     # -- start-up ---------------------------------------------------------------------
 
@@ -108,6 +116,7 @@ class Engine:
 
     async def cycle(self, now: float | None = None) -> None:
         """Fetch, store, compute, persist and publish once."""
+        started = time.perf_counter()
         now = self.clock() if now is None else now
         status = self.provider_status
         status.last_attempt_at = now
@@ -115,62 +124,115 @@ class Engine:
             result = await self.provider.fetch(now, self.store.newest())
         except ProviderError as exc:
             status.ok, status.error, status.error_kind = False, str(exc), str(exc.kind)
+            self.metrics.provider_errors.labels(str(exc.kind)).inc()
+            await self._retag(now)
             self._log_health(now)
             return
         status.ok, status.error, status.error_kind = True, None, None
         status.last_success_at = now
         status.partial_errors = [str(e) for e in result.errors]
         status.notices = list(result.notices)
+        for err in result.errors:
+            self.metrics.provider_errors.labels(str(err.kind)).inc()
         added = self.store.add(result.series)
-        self._note_dropped(added)
+        self._count(added)
         self.store.trim(now - self.options.retention_s)
         self.node_info.update(result.node_info)
-        pub = await asyncio.to_thread(self._compute, now, result)
+        if result.known_nodes:
+            self.known_nodes = result.known_nodes
+        pub = await asyncio.to_thread(self._compute, now)
         await self._persist(added, pub, now)
         self.current = pub
+        self._log_quality()
         self._log_health(now)
+        self.metrics.poll_duration.observe(time.perf_counter() - started)
 
-    def _compute(self, now: float, result: FetchResult) -> Published:
-        keys = self.store.keys
-        quality = analysis.analyse(
-            keys, self.store.newest_by_series(), now, self.options.stale_after_s
+    def _analyse(self, now: float) -> analysis.Report:
+        return analysis.analyse(
+            list(self.store.keys),
+            self.store.columns,
+            self.store.newest_by_series(),
+            now,
+            self.options.thresholds,
+            self.known_nodes,
         )
-        self.stale_nodes = quality.stale_nodes
+
+    def _compute(self, now: float) -> Published:
+        self.report = self._analyse(now)
         snap = snapshot.build(
             self.store.columns,
-            list(keys),
+            list(self.store.keys),
             now,
             self.provider.source,
             self.metric_names,
-            quality.tags,
+            self.report.tags,
             dict(self.node_info),
         )
         return published.publish(snap)
+
+    async def _retag(self, now: float) -> None:
+        """Provider outage: keep the last rollups and their time, refresh the quality tags."""
+        if self.current is None:
+            return
+        self.report = self._analyse(now)
+        snap = dataclasses.replace(self.current.snapshot, tags=self.report.tags)
+        self.current = await asyncio.to_thread(published.publish, snap)
+        self._log_quality()
 
     async def _persist(self, added: AddResult, pub: Published, now: float) -> None:
         if self.journal is None:
             return
         try:
             body = await asyncio.to_thread(snapshot.to_bytes, pub.snapshot)
+            started = time.perf_counter()
             await self.journal.write_cycle(
                 list(self.store.keys), added.added, now - self.options.retention_s, body, now
             )
         except JournalError as exc:
             self._journal_failed(exc)
             return
+        self.metrics.journal_write.observe(time.perf_counter() - started)
         if not self.journal_status.ok:
             log.info("journal %s writable again; persistence resumed", self.journal.path)
         self.journal_status.ok, self.journal_status.error = True, None
 
     def _journal_failed(self, exc: JournalError) -> None:
+        self.metrics.journal_errors.inc()
         if self.journal_status.ok:
             log.error("%s; serving from memory without persistence", exc)
         self.journal_status.ok, self.journal_status.error = False, str(exc)
 
-    def _note_dropped(self, added: AddResult) -> None:
+    def _count(self, added: AddResult) -> None:
+        self.metrics.samples_ingested.inc(len(added.added))
+        for reason, n in added.dropped.items():
+            if n:
+                self.metrics.samples_dropped.labels(reason).inc(n)
         bad = {k: v for k, v in added.dropped.items() if v}
         if bad:
             log.debug("dropped bad samples: %s", bad)
+
+    def _metrics_state(self) -> State:
+        counts = {str(q): len(nodes) for q, nodes in self.report.by_quality.items()}
+        snap = self.current.snapshot if self.current else None
+        return State(counts, snap.taken_at if snap else None)
+
+    def _log_quality(self) -> None:
+        """Log each node's quality change once, when it happens."""
+        now_quality = {n: t["quality"] for n, t in self.report.tags.items()}
+        for node in self.report.nodes(Quality.MISSING):
+            now_quality[node] = str(Quality.MISSING)
+        for node, quality in sorted(now_quality.items()):
+            before = self._last_quality.get(node)
+            if quality == before:
+                continue
+            detail = self.report.tags.get(node, {}).get("detail", {})
+            if quality == Quality.OK and before is not None:
+                log.info("node %s recovered (was %s)", node, before)
+            elif quality != Quality.OK:
+                log.warning("node %s is %s %s", node, quality, detail or "")
+        for node in sorted(set(self._last_quality) - set(now_quality)):
+            log.info("node %s left the snapshot (was %s)", node, self._last_quality[node])
+        self._last_quality = now_quality
 
     # -- health -------------------------------------------------------------------------
 
@@ -183,8 +245,9 @@ class Engine:
             self.journal_status,
             snap.taken_at if snap else None,
             len(snap.nodes) if snap else 0,
-            self.stale_nodes,
+            self.report.nodes(Quality.STALE),
             self.options.max_snapshot_age_s,
+            missing_nodes=self.report.nodes(Quality.MISSING),
         )
 
     def _log_health(self, now: float) -> None:

@@ -48,6 +48,7 @@ def evaluate(
     nodes: int,
     stale_nodes: tuple[str, ...],
     max_snapshot_age_s: float,
+    missing_nodes: tuple[str, ...] = (),
 ) -> Verdict:
     """200 only when the provider answered, the snapshot is fresh and the journal writes."""
     reasons: list[str] = []
@@ -67,7 +68,12 @@ def evaluate(
     if snapshot_taken_at is not None and nodes == 0:
         reasons.append("no node has any sample")
     if stale_nodes:
-        reasons.append(f"{len(stale_nodes)} node(s) stale")
+        reasons.append(f"{len(stale_nodes)} node(s) stale: {', '.join(stale_nodes[:10])}")
+    if missing_nodes:
+        reasons.append(
+            f"{len(missing_nodes)} node(s) known to the provider have no metrics: "
+            f"{', '.join(missing_nodes[:10])}"
+        )
     body: dict[str, Any] = {
         "status": "ok" if not reasons else "unhealthy",
         "reasons": reasons,
@@ -91,6 +97,7 @@ def evaluate(
             "ageSeconds": None if age is None else round(age, 3),
             "nodes": nodes,
             "staleNodes": list(stale_nodes[:50]),
+            "missingNodes": list(missing_nodes[:50]),
         },
     }
     return Verdict(not reasons, body)

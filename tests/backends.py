@@ -112,6 +112,7 @@ def http_request(
     content_type: str = "text/plain; charset=utf-8",
     timeout_s: float = 10.0,
     context: ssl.SSLContext | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> tuple[int, bytes]:
     """Send one request (no proxy); return ``(status, body)`` for any HTTP status.
 
@@ -122,6 +123,8 @@ def http_request(
     request = urllib.request.Request(url, data=body, method=method)
     if body is not None:
         request.add_header("Content-Type", content_type)
+    for name, value in (headers or {}).items():
+        request.add_header(name, value)
     opener = _OPENER
     if context is not None:
         opener = urllib.request.build_opener(
