@@ -32,9 +32,14 @@ def build_engine(settings: Settings) -> Engine:
         retention_s=settings.journal.retention_s,
         thresholds=analysis.Thresholds(a.stale_after_s, a.frozen_after_s, a.min_coverage),
         provider_timeout_s=settings.provider.timeout_s,
+        corroborate_threshold_pct=settings.corroborate.threshold_pct,
     )
     return Engine(
-        factory.build_provider(settings), journal, options, factory.metric_names(settings)
+        factory.build_provider(settings),
+        journal,
+        options,
+        factory.metric_names(settings),
+        second=factory.build_second_provider(settings),
     )
 
 

@@ -43,6 +43,10 @@ def _provider(text: str) -> str:
     return _PROVIDER_ALIASES[key]
 
 
+def _optional_provider(text: str) -> str | None:
+    return _provider(text) if text.strip() else None
+
+
 def _bool(text: str) -> bool:
     key = text.strip().lower()
     if key in ("1", "true", "yes", "on"):
@@ -372,6 +376,11 @@ SPECS: tuple[Spec, ...] = (
         "a series with fewer than this share of its expected samples in the 15m window "
         "has low coverage (0 disables)",
     ),
+    Spec("corroborate.name", _optional_provider, None,
+         "a second provider to check the main one against (off when empty)"),
+    Spec("corroborate.address", _url, "", "base URL of the second provider"),
+    Spec("corroborate.threshold_pct", _positive_float, 10.0,
+         "flag a node whose 5m averages differ by more than this many percentage points"),
     Spec("log.level", _str, "INFO", "log level: DEBUG, INFO, WARNING or ERROR", flag="log_level"),
 )
 
@@ -455,6 +464,13 @@ class AnalysisSettings:
 
 
 @dataclass(frozen=True)
+class CorroborateSettings:
+    name: str | None
+    address: str
+    threshold_pct: float
+
+
+@dataclass(frozen=True)
 class LogSettings:
     level: str
 
@@ -470,6 +486,7 @@ class Settings:
     prometheus: PrometheusSettings
     log: LogSettings
     analysis: AnalysisSettings
+    corroborate: CorroborateSettings
     influxdb: InfluxDBSettings
     kube: KubeSettings
 
@@ -482,6 +499,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "prometheus": PrometheusSettings,
     "log": LogSettings,
     "analysis": AnalysisSettings,
+    "corroborate": CorroborateSettings,
     "influxdb": InfluxDBSettings,
     "kube": KubeSettings,
 }
@@ -587,6 +605,9 @@ def _check(settings: Settings) -> None:
         raise ConfigError("journal.retention_s", "must be at least 900 (the 15m window)")
     if provider.name == "influxdb":
         _check_influxdb(settings.influxdb)
+    second = settings.corroborate
+    if second.name and second.name not in ("host", "metrics-server") and not second.address:
+        raise ConfigError("corroborate.address", f"required for provider {second.name!r}")
     kubeconfig = settings.kube.config
     if provider.name == "metrics-server" and kubeconfig and not Path(kubeconfig).is_file():
         raise ConfigError("kube.config", f"no such file: {settings.kube.config} (KUBE_CONFIG)")

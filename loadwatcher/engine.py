@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from loadwatcher import analysis, health, published, snapshot
+from loadwatcher import analysis, corroboration, health, published, rollups, snapshot
 from loadwatcher.analysis import Quality
 from loadwatcher.errors import JournalError, ProviderError
 from loadwatcher.journal import Journal
-from loadwatcher.model import Resource
+from loadwatcher.model import WINDOWS, Resource
 from loadwatcher.providers.base import Provider
 from loadwatcher.published import Published
 from loadwatcher.selfmetrics import SelfMetrics, State
@@ -35,6 +35,7 @@ class EngineOptions:
     retention_s: float
     thresholds: analysis.Thresholds = field(default_factory=analysis.Thresholds)
     provider_timeout_s: float = 10.0
+    corroborate_threshold_pct: float = corroboration.DEFAULT_THRESHOLD_PCT
 
     @property
     def max_snapshot_age_s(self) -> float:
@@ -53,6 +54,7 @@ class Engine:
         metric_names: dict[Resource, str],
         clock: Callable[[], float] = time.time,
         metrics: SelfMetrics | None = None,
+        second: Provider | None = None,
     ) -> None:
         self.provider = provider
         self.journal = journal
@@ -70,6 +72,10 @@ class Engine:
         self.metrics.watch(self._metrics_state)
         self._last_reasons: frozenset[str] = frozenset()
         self._last_quality: dict[str, str] = {}
+        # Corroboration: a second provider with a store of its own; never persisted.
+        self.second = second
+        self.second_store = SampleStore()
+        self.second_error: str | None = None
 
     # -- start-up ---------------------------------------------------------------------
 
@@ -120,14 +126,20 @@ class Engine:
         now = self.clock() if now is None else now
         status = self.provider_status
         status.last_attempt_at = now
-        try:
-            result = await self.provider.fetch(now, self.store.newest())
-        except ProviderError as exc:
-            status.ok, status.error, status.error_kind = False, str(exc), str(exc.kind)
-            self.metrics.provider_errors.labels(str(exc.kind)).inc()
+        outcome, _ = await asyncio.gather(
+            self.provider.fetch(now, self.store.newest()),
+            self._fetch_second(now),
+            return_exceptions=True,
+        )
+        if isinstance(outcome, ProviderError):
+            status.ok, status.error, status.error_kind = False, str(outcome), str(outcome.kind)
+            self.metrics.provider_errors.labels(str(outcome.kind)).inc()
             await self._retag(now)
             self._log_health(now)
             return
+        if isinstance(outcome, BaseException):
+            raise outcome
+        result = outcome
         status.ok, status.error, status.error_kind = True, None, None
         status.last_success_at = now
         status.partial_errors = [str(e) for e in result.errors]
@@ -147,6 +159,32 @@ class Engine:
         self._log_health(now)
         self.metrics.poll_duration.observe(time.perf_counter() - started)
 
+    async def _fetch_second(self, now: float) -> None:
+        if self.second is None:
+            return
+        try:
+            result = await self.second.fetch(now, self.second_store.newest())
+        except ProviderError as exc:
+            if self.second_error is None:
+                log.warning("corroborating provider failed: %s", exc)
+            self.second_error = str(exc)
+            return
+        if self.second_error is not None:
+            log.info("corroborating provider answers again")
+        self.second_error = None
+        self.second_store.add(result.series)
+        self.second_store.trim(now - self.options.retention_s)
+
+    def _disagreeing(self, now: float) -> dict[str, set[Resource]]:
+        if self.second is None or self.second_error is not None:
+            return {}
+        _, end = rollups.window_bounds(now, WINDOWS[0])
+        return corroboration.disagreeing(
+            corroboration.averages(self.store.columns, list(self.store.keys), end),
+            corroboration.averages(self.second_store.columns, list(self.second_store.keys), end),
+            self.options.corroborate_threshold_pct,
+        )
+
     def _analyse(self, now: float) -> analysis.Report:
         return analysis.analyse(
             list(self.store.keys),
@@ -155,6 +193,7 @@ class Engine:
             now,
             self.options.thresholds,
             self.known_nodes,
+            self._disagreeing(now),
         )
 
     def _compute(self, now: float) -> Published:
@@ -282,3 +321,5 @@ class Engine:
                 log.warning("%s", exc)
             await self.journal.close()
         await self.provider.close()
+        if self.second is not None:
+            await self.second.close()
