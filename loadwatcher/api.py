@@ -1,23 +1,28 @@
 """The HTTP API (aiohttp): serves the bytes the last cycle rendered.
 
 Routes (DESIGN §7): ``/watcher`` (``?host=``, ``?window=``, ``?format=``),
-``/watcher/{hostname}``, ``/watcher/health``, ``/healthz``, ``/readyz``. Every error is JSON
-``{"error": code, "message": text}``; nothing here renders HTML or a traceback.
+``/watcher/{hostname}``, ``/watcher/health``, ``/healthz``, ``/readyz``, ``/metrics``,
+``/openapi.json`` (and ``/`` from statuspage). Every error is JSON
+``{"error": code, "message": text}``, never a traceback.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import orjson
 from aiohttp import web
 
+from loadwatcher import openapi
 from loadwatcher.engine import Engine
 from loadwatcher.model import WINDOWS
 from loadwatcher.published import Body
 from loadwatcher.render import Format
+from loadwatcher.security import TokenFile, auth_middleware
 from loadwatcher.selfmetrics import CONTENT_TYPE
 
 log = logging.getLogger("loadwatcher.api")
@@ -25,14 +30,17 @@ log = logging.getLogger("loadwatcher.api")
 ENGINE_KEY = web.AppKey("engine", Engine)
 _WINDOW_NAMES = tuple(w.name for w in WINDOWS)
 _ALLOWED_PARAMS = frozenset({"host", "window", "format"})
-MAX_NODE_NAME = 253
+_NODE_NAME = re.compile(openapi.NODE_NAME_PATTERN)
 
 
-def error(status: int, code: str, message: str) -> web.Response:
+def error(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
     return web.Response(
         status=status,
         body=orjson.dumps({"error": code, "message": message}),
         content_type="application/json",
+        headers=headers,
     )
 
 
@@ -62,8 +70,13 @@ def _params(request: web.Request) -> tuple[str | None, Format, str | None]:
 
 
 def _check_node_name(name: str) -> None:
-    if not name or len(name) > MAX_NODE_NAME or any(ord(c) < 33 or ord(c) > 126 for c in name):
-        raise BadRequest("bad_host", "host must be a node name of 1-253 printable characters")
+    """Kubernetes node names (DNS subdomains), also IPs and IPv6 as Prometheus labels give them."""
+    if not _NODE_NAME.match(name):
+        raise BadRequest(
+            "bad_host",
+            "host must be a node name: 1-253 letters, digits, '.', '-', ':' or '_', "
+            "starting and ending with a letter or digit",
+        )
 
 
 def _send(request: web.Request, body: Body) -> web.Response:
@@ -129,6 +142,10 @@ async def readyz(request: web.Request) -> web.Response:
     return web.Response(body=b'{"status":"ready"}', content_type="application/json")
 
 
+async def openapi_json(request: web.Request) -> web.Response:
+    return web.Response(body=orjson.dumps(openapi.spec()), content_type="application/json")
+
+
 async def metrics(request: web.Request) -> web.Response:
     body = request.app[ENGINE_KEY].metrics.exposition()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
@@ -161,16 +178,23 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         if exc.status < 400:
             raise
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status, "http_error")
-        return error(exc.status, code, exc.reason)
+        # Keep the headers HTTP requires with the status (Allow on 405).
+        kept = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
+        return error(exc.status, code, exc.reason, kept)
     except Exception:
         log.exception("unhandled error serving %s", request.path)
         return error(500, "internal", "internal error; see the service log")
 
 
-def make_app(engine: Engine) -> web.Application:
+def make_app(
+    engine: Engine, *, tokens: TokenFile | None = None, protect_metrics: bool = False
+) -> web.Application:
     from loadwatcher import statuspage  # imported here: statuspage imports this module
 
-    app = web.Application(middlewares=[timing, json_errors], client_max_size=64 * 1024)
+    middlewares: list[Any] = [timing, json_errors]
+    if tokens is not None:
+        middlewares.insert(1, auth_middleware(tokens, protect_metrics))
+    app = web.Application(middlewares=middlewares, client_max_size=64 * 1024)
     app[ENGINE_KEY] = engine
     app.router.add_get("/watcher", watcher)
     app.router.add_get("/watcher/health", watcher_health)
@@ -179,4 +203,5 @@ def make_app(engine: Engine) -> web.Application:
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/", statuspage.status_page)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/openapi.json", openapi_json)
     return app

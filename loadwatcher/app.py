@@ -9,6 +9,7 @@ then stops the HTTP server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 
@@ -18,10 +19,20 @@ from loadwatcher import analysis, api, factory
 from loadwatcher.config import Settings
 from loadwatcher.engine import Engine, EngineOptions
 from loadwatcher.journal import Journal
+from loadwatcher.security import TlsReloader, TokenFile
 
 log = logging.getLogger("loadwatcher")
 
 SHUTDOWN_GRACE_S = 10.0
+TLS_RELOAD_CHECK_S = 30.0
+
+
+async def _reload_tls(tls: TlsReloader, stop: asyncio.Event) -> None:
+    """Pick up a renewed certificate (cert-manager, a rotated Secret) without a restart."""
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), TLS_RELOAD_CHECK_S)
+        tls.reload()
 
 
 def build_engine(settings: Settings) -> Engine:
@@ -49,19 +60,36 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    server = settings.server
+    tls = None
+    if server.tls_cert_file and server.tls_key_file:
+        tls = TlsReloader(server.tls_cert_file, server.tls_key_file)
+    tokens = TokenFile(server.auth_token_file) if server.auth_token_file else None
     engine = build_engine(settings)
-    runner = web.AppRunner(api.make_app(engine), handle_signals=False, access_log=None)
+    app = api.make_app(engine, tokens=tokens, protect_metrics=server.auth_metrics)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
+    reloader: asyncio.Task[None] | None = None
     try:
-        site = web.TCPSite(runner, settings.server.host, settings.server.port, reuse_address=True)
+        site = web.TCPSite(
+            runner,
+            server.host,
+            server.port,
+            reuse_address=True,
+            ssl_context=tls.context if tls else None,
+        )
         await site.start()
         log.info(
-            "listening on http://%s:%d (provider %s, journal %s)",
-            settings.server.host,
-            settings.server.port,
+            "listening on %s://%s:%d (provider %s, journal %s, auth %s)",
+            "https" if tls else "http",
+            server.host,
+            server.port,
             settings.provider.name,
             settings.journal.path or "off",
+            "on" if tokens else "off",
         )
+        if tls is not None:
+            reloader = asyncio.create_task(_reload_tls(tls, stop), name="loadwatcher-tls")
         await engine.recover()
         poller = asyncio.create_task(engine.run(stop), name="loadwatcher-poll")
         await stop.wait()
@@ -71,6 +99,8 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         except TimeoutError:
             log.warning("poll cycle did not finish within %.0f s; abandoned", SHUTDOWN_GRACE_S)
     finally:
+        if reloader is not None:
+            reloader.cancel()
         await engine.close()
         await runner.cleanup()
         for sig in (signal.SIGINT, signal.SIGTERM):

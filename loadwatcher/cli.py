@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import os
+import ssl
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -90,6 +91,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(app.serve(settings))
+    except ssl.SSLError as exc:
+        print(f"loadwatcher: bad configuration: server.tls_cert_file: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     except OSError as exc:
         print(
             f"loadwatcher: cannot listen on {settings.server.host}:{settings.server.port}: "

@@ -28,7 +28,6 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
-import jsonschema
 import orjson
 
 from loadwatcher.errors import ClientError
@@ -108,8 +107,9 @@ class NodeMetrics:
     def last_sample(self) -> float | None:
         """Unix seconds of the node's newest sample, if the watcher said."""
         value = self.tags.get("lastSample")
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        return float(value) if ok else None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        return float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,12 +154,14 @@ _KEP_OPERATORS = {op.upper(): op for op in OPERATORS}
 
 @lru_cache(maxsize=2)
 def _validator(fmt: str) -> Any:
+    import jsonschema  # imported when needed: it is slow to import
+
     name = "kep.schema.json" if fmt == "kep" else "watcher.schema.json"
     schema = json.loads(resources.files("loadwatcher").joinpath("schema", name).read_text())
     return jsonschema.validators.validator_for(schema)(schema)
 
 
-def _one_line(error: jsonschema.ValidationError) -> str:
+def _one_line(error: Any) -> str:
     where = "/".join(str(p) for p in error.absolute_path) or "(document)"
     message = error.message if len(error.message) <= 160 else error.message[:157] + "..."
     return f"{where}: {message}"
@@ -176,13 +178,15 @@ def parse_snapshot(doc: Any, *, fmt: str | None = None, validate: bool = True) -
     if fmt is None:
         fmt = "default" if isinstance(data, dict) and "NodeMetricsMap" in data else "kep"
     if validate:
-        error = jsonschema.exceptions.best_match(_validator(fmt).iter_errors(doc))
+        from jsonschema.exceptions import best_match
+
+        error = best_match(_validator(fmt).iter_errors(doc))
         if error is not None:
             raise InvalidSnapshotError(f"invalid watcher document ({fmt}): {_one_line(error)}")
     try:
         window = doc["window"]
         duration = str(window["duration"])
-        raw_nodes = data["NodeMetricsMap"] if fmt == "default" else data
+        raw_nodes: Any = data["NodeMetricsMap"] if fmt == "default" else data  # type: ignore[index]
         nodes: dict[str, NodeMetrics] = {}
         for name, raw in (raw_nodes or {}).items():
             metrics = tuple(parse_metric(m, duration) for m in raw.get("metrics") or ())

@@ -166,6 +166,21 @@ SPECS: tuple[Spec, ...] = (
     Spec("server.host", _str, "0.0.0.0", "address the HTTP API listens on", flag="host"),
     Spec("server.port", _port, 2020, "port of the HTTP API (Go load-watcher: 2020)", flag="port"),
     Spec(
+        "server.auth_token_file",
+        _optional_str,
+        None,
+        "file of bearer tokens (one per line) the API requires; re-read when it changes; "
+        "/healthz and /readyz stay open",
+    ),
+    Spec("server.auth_metrics", _bool, False, "also require a token for /metrics"),
+    Spec(
+        "server.tls_cert_file",
+        _optional_str,
+        None,
+        "serve HTTPS with this certificate chain (PEM); reloaded when it changes",
+    ),
+    Spec("server.tls_key_file", _optional_str, None, "private key of server.tls_cert_file"),
+    Spec(
         "journal.path",
         _str,
         "loadwatcher.db",
@@ -376,11 +391,19 @@ SPECS: tuple[Spec, ...] = (
         "a series with fewer than this share of its expected samples in the 15m window "
         "has low coverage (0 disables)",
     ),
-    Spec("corroborate.name", _optional_provider, None,
-         "a second provider to check the main one against (off when empty)"),
+    Spec(
+        "corroborate.name",
+        _optional_provider,
+        None,
+        "a second provider to check the main one against (off when empty)",
+    ),
     Spec("corroborate.address", _url, "", "base URL of the second provider"),
-    Spec("corroborate.threshold_pct", _positive_float, 10.0,
-         "flag a node whose 5m averages differ by more than this many percentage points"),
+    Spec(
+        "corroborate.threshold_pct",
+        _positive_float,
+        10.0,
+        "flag a node whose 5m averages differ by more than this many percentage points",
+    ),
     Spec("log.level", _str, "INFO", "log level: DEBUG, INFO, WARNING or ERROR", flag="log_level"),
 )
 
@@ -391,6 +414,10 @@ SPECS_BY_KEY = {spec.key: spec for spec in SPECS}
 class ServerSettings:
     host: str
     port: int
+    auth_token_file: str | None
+    auth_metrics: bool
+    tls_cert_file: str | None
+    tls_key_file: str | None
 
 
 @dataclass(frozen=True)
@@ -599,6 +626,15 @@ def _check(settings: Settings) -> None:
         raise ConfigError("provider.token_file", f"no such file: {provider.token_file}")
     if provider.ca_file and not Path(provider.ca_file).is_file():
         raise ConfigError("provider.ca_file", f"no such file: {provider.ca_file}")
+    server = settings.server
+    if server.auth_token_file and not Path(server.auth_token_file).is_file():
+        raise ConfigError("server.auth_token_file", f"no such file: {server.auth_token_file}")
+    if bool(server.tls_cert_file) != bool(server.tls_key_file):
+        raise ConfigError("server.tls_key_file", "set both TLS files, or neither")
+    for key in ("tls_cert_file", "tls_key_file"):
+        path = getattr(server, key)
+        if path and not Path(path).is_file():
+            raise ConfigError(f"server.{key}", f"no such file: {path}")
     if settings.log.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise ConfigError("log.level", f"unknown level {settings.log.level!r}")
     if settings.journal.retention_s < 900:

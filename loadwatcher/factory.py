@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from loadwatcher.config import Settings
 from loadwatcher.errors import ConfigError
 from loadwatcher.model import Resource
 from loadwatcher.providers.base import Provider
+from loadwatcher.providers.flux import FluxBackend
 from loadwatcher.providers.host import HostProvider
 from loadwatcher.providers.http import HttpSettings
+from loadwatcher.providers.influxdb import (
+    Backend,
+    FieldQuery,
+    InfluxDBProvider,
+    InfluxOptions,
+    parse_tag_filter,
+)
+from loadwatcher.providers.influxql import InfluxQLBackend
+from loadwatcher.providers.kube import KubeAccess, KubeClient
+from loadwatcher.providers.metrics_server import MetricsServerOptions, MetricsServerProvider
 from loadwatcher.providers.prometheus import PrometheusOptions, PrometheusProvider, Query
 
 
@@ -30,6 +43,14 @@ def metric_names(settings: Settings) -> dict[Resource, str]:
             Resource.CPU: settings.prometheus.cpu_query,
             Resource.MEMORY: settings.prometheus.memory_query,
         }
+    if settings.provider.name == "influxdb":
+        influx = settings.influxdb
+        return {
+            Resource.CPU: f"{influx.cpu_measurement}.{influx.cpu_field}",
+            Resource.MEMORY: f"{influx.memory_measurement}.{influx.memory_field}",
+        }
+    if settings.provider.name == "metrics-server":
+        return {Resource.CPU: "metrics.k8s.io/cpu", Resource.MEMORY: "metrics.k8s.io/memory"}
     return {Resource.CPU: "host.cpu.utilisation", Resource.MEMORY: "host.memory.utilisation"}
 
 
@@ -52,4 +73,66 @@ def build_provider(settings: Settings) -> Provider:
             fallback_node_exporter=prom.fallback_node_exporter,
         )
         return PrometheusProvider(http_settings(settings), options)
+    if name == "influxdb":
+        return influxdb_provider(settings)
+    if name == "metrics-server":
+        kube = settings.kube
+        access = KubeAccess(
+            kubeconfig=kube.config,
+            context=kube.context,
+            timeout_s=settings.provider.timeout_s,
+            page_size=kube.page_size,
+        )
+        return MetricsServerProvider(
+            KubeClient(access),
+            MetricsServerOptions(kube.percent_of, kube.node_list_interval_s),
+        )
     raise ConfigError("provider.name", f"provider {name!r} is not available in this version")
+
+
+def build_second_provider(settings: Settings) -> Provider | None:
+    """The corroborating provider: the main settings with another name and address."""
+    second = settings.corroborate
+    if second.name is None:
+        return None
+    provider = dataclasses.replace(settings.provider, name=second.name, address=second.address)
+    return build_provider(dataclasses.replace(settings, provider=provider))
+
+
+def influxdb_provider(settings: Settings) -> InfluxDBProvider:
+    """InfluxQL or Flux, reading Telegraf's schema unless the settings name other fields."""
+    influx = settings.influxdb
+    backend: Backend
+    if influx.query_language == "flux":
+        backend = FluxBackend(http_settings(settings), influx.database, influx.org)
+    else:
+        backend = InfluxQLBackend(
+            http_settings(settings),
+            influx.database,
+            influx.retention_policy,
+            influx.auth_scheme,
+            influx.username,
+        )
+    options = InfluxOptions(
+        queries=(
+            FieldQuery(
+                Resource.CPU,
+                influx.cpu_measurement,
+                influx.cpu_field,
+                parse_tag_filter(influx.cpu_filter),
+                idle=influx.cpu_field_is_idle,
+            ),
+            FieldQuery(
+                Resource.MEMORY,
+                influx.memory_measurement,
+                influx.memory_field,
+                parse_tag_filter(influx.memory_filter),
+            ),
+        ),
+        host_tag=influx.host_tag,
+        scale=influx.scale,
+        read_capacity=influx.read_capacity,
+        overlap_s=settings.poll.overlap_s,
+        retention_s=settings.journal.retention_s,
+    )
+    return InfluxDBProvider(backend, options, influx.database)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 __all__ = ["Quantity", "parse_quantity"]
@@ -58,14 +58,20 @@ class Quantity:
 
     exact: Fraction
     text: str
+    _milli: int = field(init=False, repr=False, compare=False)
+    _units: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_milli", _ceil_away(self.exact * 1000))
+        object.__setattr__(self, "_units", _ceil_away(self.exact))
 
     def milli_value(self) -> int:
         """Value in milli-units, rounded up away from zero (Go ``MilliValue()``)."""
-        return _ceil_away(self.exact * 1000)
+        return self._milli
 
     def value(self) -> int:
         """Value in units, rounded up away from zero (Go ``Value()``)."""
-        return _ceil_away(self.exact)
+        return self._units
 
     def __float__(self) -> float:
         return float(self.exact)

@@ -37,12 +37,9 @@ def steady(start: float, end: float, value: float = 0.4, step: float = 15.0, wig
 
 
 def metric_value(text: str, name: str) -> float:
+    """The value of sample ``name`` (with its labels, as exposed) in a text exposition."""
     for line in text.splitlines():
-        if (
-            line.startswith(name + " ")
-            or line.startswith(name + "{")
-            and line.split(" ")[0] == name
-        ):
+        if line.startswith(name + " "):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"{name} not exposed")
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
-from loadwatcher.model import FetchResult
+from loadwatcher.errors import ProviderError
+from loadwatcher.model import FetchResult, Series
 
 
 class Provider(Protocol):
@@ -24,3 +26,23 @@ class Provider(Protocol):
     async def fetch(self, now: float, since: float | None) -> FetchResult: ...
 
     async def close(self) -> None: ...
+
+
+def collect(outcomes: Sequence[tuple[list[Series], str | None] | BaseException]) -> FetchResult:
+    """Merge per-query outcomes; one failed query keeps the others, all failed raises."""
+    series: list[Series] = []
+    errors: list[ProviderError] = []
+    notices: list[str] = []
+    for outcome in outcomes:
+        if isinstance(outcome, ProviderError):
+            errors.append(outcome)
+        elif isinstance(outcome, BaseException):
+            raise outcome
+        else:
+            series.extend(outcome[0])
+            if outcome[1]:
+                notices.append(outcome[1])
+    if errors and len(errors) == len(outcomes):
+        raise errors[0]
+    nodes = frozenset(s.node for s in series)
+    return FetchResult(series=series, errors=errors, known_nodes=nodes, notices=notices)

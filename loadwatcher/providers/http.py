@@ -6,6 +6,7 @@ Every aiohttp exception and every unusable answer is translated here into a
 
 from __future__ import annotations
 
+import base64
 import os
 import ssl
 from collections.abc import Mapping
@@ -28,6 +29,10 @@ class HttpSettings:
     ca_file: str | None = None
     insecure_skip_verify: bool = False
     timeout_s: float = 10.0
+    # "Bearer" for Prometheus and Kubernetes; InfluxDB wants "Token". With a username the
+    # token is sent as the password of HTTP Basic auth (InfluxDB 1.x users).
+    auth_scheme: str = "Bearer"
+    username: str = ""
 
 
 class TokenSource:
@@ -76,8 +81,11 @@ class HttpBackend:
     def _headers(self) -> dict[str, str]:
         token = self._tokens.get()
         headers = {"Accept": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
+        if self.settings.username:
+            pair = f"{self.settings.username}:{token}".encode()
+            headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+        elif token:
+            headers["Authorization"] = f"{self.settings.auth_scheme} {token}"
         return headers
 
     def _open(self) -> aiohttp.ClientSession:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import math
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +22,7 @@ import numpy as np
 
 from loadwatcher.errors import ProviderError, ProviderErrorKind
 from loadwatcher.model import FetchResult, Resource, Series
+from loadwatcher.providers.base import collect
 from loadwatcher.providers.http import HttpBackend, HttpSettings
 
 DEFAULT_QUERIES = {
@@ -203,23 +203,3 @@ class PrometheusProvider:
 
     async def close(self) -> None:
         await self._http.close()
-
-
-def collect(outcomes: Sequence[tuple[list[Series], str | None] | BaseException]) -> FetchResult:
-    """Merge per-query outcomes; one failed query keeps the others, all failed raises."""
-    series: list[Series] = []
-    errors: list[ProviderError] = []
-    notices: list[str] = []
-    for outcome in outcomes:
-        if isinstance(outcome, ProviderError):
-            errors.append(outcome)
-        elif isinstance(outcome, BaseException):
-            raise outcome
-        else:
-            series.extend(outcome[0])
-            if outcome[1]:
-                notices.append(outcome[1])
-    if errors and len(errors) == len(outcomes):
-        raise errors[0]
-    nodes = frozenset(s.node for s in series)
-    return FetchResult(series=series, errors=errors, known_nodes=nodes, notices=notices)

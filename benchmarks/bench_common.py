@@ -1,0 +1,203 @@
+"""Shared plumbing of the benchmark harness: paths, tools, progress, statistics, processes.
+
+Standard library (plus ``orjson``, a loadwatcher dependency) only. Every process started
+here is stopped by its PID; an ``atexit`` hook kills any that a crashed run left behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import http.client
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = REPO / "tests"
+
+# Executable -> the Debian package that ships it.
+DEBIAN_PACKAGES: dict[str, str] = {
+    "prometheus": "prometheus",
+    "promtool": "prometheus",
+    "wrk": "wrk",
+    "nginx": "nginx",
+}
+# nginx lives in /usr/sbin, which is not on every user's PATH.
+_EXTRA_BIN_DIRS = ("/usr/sbin", "/sbin", "/usr/local/sbin")
+
+STOP_TIMEOUT_S = 15.0
+
+_LIVE: dict[int, subprocess.Popen[bytes]] = {}
+_STARTED = time.monotonic()
+
+
+def setup_paths() -> None:
+    """Make ``loadwatcher`` (this working tree first) and the test helpers importable.
+
+    ``tests/`` goes last so its modules (``service``, ``conftest``) never shadow ours.
+    """
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    if str(TESTS) not in sys.path:
+        sys.path.append(str(TESTS))
+
+
+class MissingTool(RuntimeError):
+    """A program the harness needs is not installed."""
+
+
+def find_tool(name: str) -> str | None:
+    path = shutil.which(name)
+    if path is not None:
+        return path
+    for directory in _EXTRA_BIN_DIRS:
+        candidate = Path(directory) / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def require_tools(names: Sequence[str]) -> dict[str, str]:
+    """Paths of ``names``; raise MissingTool naming the Debian packages of the missing ones."""
+    found: dict[str, str] = {}
+    missing: list[str] = []
+    for name in names:
+        path = find_tool(name)
+        if path is None:
+            missing.append(name)
+        else:
+            found[name] = path
+    if missing:
+        packages = sorted({DEBIAN_PACKAGES.get(n, n) for n in missing})
+        raise MissingTool(
+            f"missing program(s): {', '.join(missing)}. Install the Debian package(s) "
+            f"{', '.join(packages)}: apt-get install {' '.join(packages)}"
+        )
+    return found
+
+
+def progress(message: str) -> None:
+    """One line of progress on stderr, prefixed with the time since the harness started."""
+    print(f"[{time.monotonic() - _STARTED:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Median and range of repeated measurements (same unit as the inputs)."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+
+    @staticmethod
+    def of(values: Sequence[float]) -> Stats:
+        if not values:
+            raise ValueError("no measurements")
+        return Stats(statistics.median(values), min(values), max(values), len(values))
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def http_get(
+    port: int, path: str, headers: Mapping[str, str] | None = None, timeout_s: float = 5.0
+) -> tuple[int, dict[str, str], bytes]:
+    """One GET to 127.0.0.1:port (no proxy, no decompression): status, headers, body."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
+    try:
+        conn.request("GET", path, headers=dict(headers or {}))
+        resp = conn.getresponse()
+        body = resp.read()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, body
+    finally:
+        conn.close()
+
+
+def memory_kib(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM (peak RSS) of ``pid`` in KiB, from /proc/PID/status."""
+    out: dict[str, int] = {}
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        for line in fh:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(rest.split()[0])
+    return out
+
+
+def spawn(
+    argv: Sequence[str],
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own session, output appended to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+        )
+    _LIVE[proc.pid] = proc
+    return proc
+
+
+def stop(proc: subprocess.Popen[bytes] | None, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
+    """SIGTERM by PID, wait, then SIGKILL; returns the exit status. Idempotent."""
+    if proc is None:
+        return None
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait()
+    _LIVE.pop(proc.pid, None)
+    return proc.returncode
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for pid, proc in list(_LIVE.items()):
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5)
+        _LIVE.pop(pid, None)
+
+
+def tail(path: Path, chars: int = 3000) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return f"<cannot read {path}: {exc}>"
+    return data[-chars:].decode("utf-8", "replace")
+
+
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"

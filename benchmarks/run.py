@@ -1,0 +1,365 @@
+#!/usr/bin/env python3
+"""Benchmark harness (issue 6): one command, progress on stderr, a results table at the end.
+
+    python benchmarks/run.py                      # 100, 1,000 and 5,000 nodes (~8 min)
+    python benchmarks/run.py --quick              # a tiny smoke run (~30 s), not a measurement
+    python benchmarks/run.py --sizes 1000 --repeat 3 --out /tmp/r.md --profile
+
+For each size it seeds a real Prometheus (promtool backfill: N nodes × 2 resources, 15 s
+resolution) and measures the poll cycle against a bare HTTP client; at ``--serve-nodes``
+(1,000) ``GET /watcher`` under ``wrk`` against nginx serving the same bytes; at the largest
+size the service's memory, its restart time from the journal and the journal's cost. The
+scoring figure comes from ``benchmarks/bench_scoring.py`` when that exists.
+
+It installs nothing: ``prometheus``/``promtool``, ``wrk`` and ``nginx`` (Debian packages
+``prometheus``, ``wrk``, ``nginx``) must be on the machine, or it stops at once saying so.
+Every process it starts is stopped by PID; everything lives under a temporary directory
+that is removed at the end (``--keep`` keeps it).
+
+``benchmarks/bench_scoring.py`` (written separately) is run as ``bench_scoring.py --nodes
+N``; its ``score: all plugins`` median is the scoring figure (a JSON line with
+``median_ms`` is understood too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import datetime
+import io
+import os
+import platform
+import pstats
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+from bench_common import (
+    REPO,
+    MissingTool,
+    load_average,
+    progress,
+    require_tools,
+    setup_paths,
+)
+
+setup_paths()
+
+import bench_cycle  # noqa: E402
+import bench_process  # noqa: E402
+import bench_prom  # noqa: E402
+import bench_report  # noqa: E402
+import bench_serving  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+TOOLS = ("prometheus", "promtool", "wrk", "nginx")
+RETENTION_S = 1020.0
+
+FULL = {
+    "sizes": "100,1000,5000",
+    "repeat": 5,
+    "steady": 10,
+    "serve_nodes": 1000,
+    "serve_repeat": 3,
+    "wrk_duration": 10,
+    "restart_runs": 5,
+    "memory_cycles": 2,
+    "memory_poll_interval_s": 5.0,
+}
+QUICK = {
+    "sizes": "10,50",
+    "repeat": 1,
+    "steady": 2,
+    "serve_nodes": 50,
+    "serve_repeat": 1,
+    "wrk_duration": 2,
+    "restart_runs": 2,
+    "memory_cycles": 1,
+    "memory_poll_interval_s": 1.0,
+}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--sizes", help="node counts, comma-separated (default 100,1000,5000)")
+    p.add_argument("--repeat", type=int, help="cold-start repetitions per size (default 5)")
+    p.add_argument("--steady", type=int, help="steady-state cycles per size (default 10)")
+    p.add_argument("--quick", action="store_true", help="tiny smoke run (sizes 10,50; 1 repeat)")
+    p.add_argument("--out", type=Path, default=HERE / "RESULTS.md", help="Markdown report path")
+    p.add_argument("--serve-nodes", type=int, help="size of the serving benchmark (default 1000)")
+    p.add_argument("--serve-repeat", type=int, help="wrk rounds per target (default 3)")
+    p.add_argument("--serve-poll-interval-s", type=float, default=15.0)
+    p.add_argument("--wrk-duration", type=int, help="seconds per wrk run (default 10)")
+    p.add_argument("--wrk-threads", type=int, default=2)
+    p.add_argument("--wrk-connections", type=int, default=50)
+    p.add_argument("--nginx-workers", default="auto", help="nginx worker_processes (default auto)")
+    p.add_argument("--restart-runs", type=int, help="restarts to time (default 5)")
+    p.add_argument("--memory-cycles", type=int, help="polls after the first full answer")
+    p.add_argument("--memory-poll-interval-s", type=float)
+    p.add_argument("--skip", default="", help="comma-separated: cycle,serving,memory,scoring")
+    p.add_argument("--profile", action="store_true", help="cProfile the cycle at the largest size")
+    p.add_argument("--keep", action="store_true", help="keep the temporary work directory")
+    args = p.parse_args(argv)
+    defaults = QUICK if args.quick else FULL
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.sizes = sorted({int(s) for s in str(args.sizes).split(",") if s.strip()})
+    if args.serve_nodes not in args.sizes:
+        nearest = min(args.sizes, key=lambda n: abs(n - args.serve_nodes))
+        progress(f"--serve-nodes {args.serve_nodes} is not a size; serving at {nearest}")
+        args.serve_nodes = nearest
+    args.skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    return args
+
+
+def _version(argv: list[str], pattern: str) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    except OSError:
+        return "?"
+    match = re.search(pattern, done.stdout + done.stderr)
+    return match.group(1) if match else "?"
+
+
+def machine(tools: dict[str, str]) -> dict[str, str]:
+    import aiohttp
+    import numpy
+
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_kib = 0
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        mem_kib = int(Path("/proc/meminfo").read_text().split()[1])
+    commit = _version(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], r"(\w+)")
+    dirty = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return {
+        "CPU": f"{cpu}, {os.cpu_count()} cores",
+        "memory": f"{mem_kib / 1024 / 1024:.0f} GiB",
+        "OS": f"{platform.platform()}",
+        "Python": f"{platform.python_version()} (numpy {numpy.__version__}, "
+        f"aiohttp {aiohttp.__version__}, orjson {orjson.__version__})",
+        "prometheus": _version([tools["prometheus"], "--version"], r"version (\S+)"),
+        "nginx": _version([tools["nginx"], "-v"], r"nginx/(\S+)"),
+        "wrk": _version([tools["wrk"], "-v"], r"wrk (\S+)"),
+        "loadwatcher": f"commit {commit}{' with uncommitted changes' if dirty else ''}",
+    }
+
+
+def parse_scoring(stdout: str, nodes: int) -> tuple[int, float, str] | None:
+    """(nodes, median ms of all plugins, note) from bench_scoring.py's output, if found.
+
+    Understands its text table (``score: all plugins  <median>  <p90>``, ``prepare ...``
+    row, ``<N> nodes`` header) and, failing that, a JSON line with ``median_ms``.
+    """
+    header = re.search(r"^(\d+) nodes", stdout, re.M)
+    count = int(header.group(1)) if header else nodes
+    row = re.search(r"^score: all plugins\s+([\d.]+)", stdout, re.M)
+    if row:
+        prepare = re.search(r"^prepare[^\d]*?\s([\d.]+)\s", stdout, re.M)
+        note = f"prepare (once per snapshot) {float(prepare.group(1)):.1f} ms" if prepare else ""
+        return count, float(row.group(1)), note
+    for line in reversed(stdout.splitlines()):
+        try:
+            doc = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("median_ms"), int | float):
+            return int(doc.get("nodes", count)), float(doc["median_ms"]), ""
+    return None
+
+
+def scoring(nodes: int) -> bench_report.ScoringResult:
+    """Run benchmarks/bench_scoring.py (another engineer's) and read its figure."""
+    script = HERE / "bench_scoring.py"
+    if not script.exists():
+        return bench_report.ScoringResult(note="not measured (benchmarks/bench_scoring.py absent)")
+    output = ""
+    for extra in (["--nodes", str(nodes)], []):
+        try:
+            done = subprocess.run(
+                [sys.executable, str(script), *extra],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+                cwd=REPO,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            return bench_report.ScoringResult(note="not measured (bench_scoring.py timed out)")
+        output = done.stdout + done.stderr
+        if done.returncode != 0:
+            continue
+        found = parse_scoring(done.stdout, nodes)
+        if found is not None:
+            count, median_ms, note = found
+            return bench_report.ScoringResult(count, median_ms, note, output[-2000:])
+    return bench_report.ScoringResult(
+        note="not measured (no figure in bench_scoring.py's output)", output=output[-2000:]
+    )
+
+
+def profile_cycle(url: str, nodes: int, now0: float, steady: int, workdir: Path) -> Path:
+    """cProfile one cold start and ``steady`` cycles, thread work run inline; write the stats."""
+    out_dir = HERE / "out"
+    out_dir.mkdir(exist_ok=True)
+    path = out_dir / f"profile-{nodes}.txt"
+
+    async def cycles(prof: cProfile.Profile) -> None:
+        engine = bench_cycle.build_engine(url, workdir / f"profile-{nodes}.db")
+        await engine.recover()
+        for k, label in enumerate(["cold", *["steady"] * steady]):
+            prof.enable()
+            await engine.cycle(now0 + k * bench_cycle.STEP_S)
+            prof.disable()
+            if label == "cold":
+                dump(prof, "cold start (1 cycle)")
+                prof.clear()
+        dump(prof, f"steady state ({steady} cycles)")
+        await engine.close()
+
+    text = io.StringIO()
+
+    def dump(prof: cProfile.Profile, title: str) -> None:
+        for key in ("cumulative", "tottime"):
+            text.write(f"==== {title}, sorted by {key}\n")
+            stats = pstats.Stats(prof, stream=text)
+            stats.strip_dirs().sort_stats(key).print_stats(35)
+
+    with bench_cycle.inline_threads():
+        asyncio.run(cycles(cProfile.Profile()))
+    path.write_text(text.getvalue())
+    return path
+
+
+def run_size(
+    args: argparse.Namespace,
+    tools: dict[str, str],
+    nodes: int,
+    workdir: Path,
+    results: bench_report.Results,
+) -> None:
+    largest = nodes == max(args.sizes)
+    future_s = bench_prom.STEP_S * (args.steady + 2) + 900
+    progress(f"{nodes} nodes: seeding Prometheus (promtool backfill)")
+    seeded = bench_prom.seed(workdir / f"prom-{nodes}", nodes, RETENTION_S + 60, future_s)
+    results.seeds[nodes] = {"seconds": seeded.seed_s, "samples": float(seeded.samples)}
+    progress(f"{nodes} nodes: {seeded.samples:,} samples seeded in {seeded.seed_s:.1f} s")
+    server = seeded.server
+    try:
+        if "cycle" not in args.skip:
+            progress(f"{nodes} nodes: poll cycle vs bare HTTP")
+            results.cycles[nodes] = asyncio.run(
+                bench_cycle.bench(
+                    server.url, nodes, seeded.anchor, args.repeat, args.steady, workdir
+                )
+            )
+            if args.profile and largest:
+                path = profile_cycle(server.url, nodes, seeded.anchor, args.steady, workdir)
+                progress(f"{nodes} nodes: profile written to {path}")
+        if "serving" not in args.skip and nodes == args.serve_nodes:
+            progress(f"{nodes} nodes: GET /watcher under wrk, service vs nginx")
+            results.serving = bench_serving.bench(
+                workdir / "serving",
+                server.url,
+                nodes,
+                tools,
+                args.serve_repeat,
+                args.wrk_duration,
+                args.wrk_threads,
+                args.wrk_connections,
+                args.nginx_workers,
+                args.serve_poll_interval_s,
+            )
+        if "memory" not in args.skip and largest:
+            progress(f"{nodes} nodes: service memory after 15+ min of samples")
+            journal = workdir / "memory" / "journal.db"
+            results.memory = bench_process.memory(
+                workdir / "memory",
+                server.url,
+                nodes,
+                journal,
+                args.memory_cycles,
+                args.memory_poll_interval_s,
+            )
+            server.stop()
+            progress(f"{nodes} nodes: restart from the journal, Prometheus stopped")
+            results.restart = bench_process.restart(
+                workdir / "restart", server.url, nodes, journal, args.restart_runs
+            )
+    finally:
+        server.stop()
+        shutil.rmtree(workdir / f"prom-{nodes}", ignore_errors=True)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    try:
+        tools = require_tools(TOOLS)
+    except MissingTool as exc:
+        print(f"benchmarks: {exc}", file=sys.stderr)
+        return 2
+    began = time.monotonic()
+    command = "python benchmarks/run.py" + ("".join(" " + shlex.quote(a) for a in argv))
+    results = bench_report.Results(
+        command=command,
+        started=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        quick=args.quick,
+        sizes=args.sizes,
+        settings={
+            k: v for k, v in vars(args).items() if k not in ("out", "skip") and not callable(v)
+        },
+        machine=machine(tools),
+        load_before=load_average(),
+    )
+    progress(f"sizes {args.sizes}, load average {results.load_before}")
+    workdir = Path(tempfile.mkdtemp(prefix="loadwatcher-bench-"))
+    try:
+        for nodes in args.sizes:
+            try:
+                run_size(args, tools, nodes, workdir, results)
+            except Exception as exc:  # keep going: a partial table beats none
+                results.errors.append(f"{nodes} nodes: {type(exc).__name__}: {exc}")
+                progress(f"{nodes} nodes FAILED: {exc}")
+        if "scoring" not in args.skip:
+            nodes = bench_report.SCORING_NODES if not args.quick else max(args.sizes)
+            progress(f"scoring {nodes} nodes (benchmarks/bench_scoring.py)")
+            results.scoring = scoring(nodes)
+            progress(f"scoring: {results.scoring.median_ms or results.scoring.note}")
+    finally:
+        if args.keep:
+            progress(f"work directory kept: {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    results.duration_s = time.monotonic() - began
+    results.load_after = load_average()
+    raw = bench_report.write(results, args.out)
+    text = args.out.read_text(encoding="utf-8")
+    table = text.split("\n## ", 1)[0].split("\n\n", 3)[-1]
+    print(table)
+    progress(f"wrote {args.out} and {raw} in {results.duration_s / 60:.1f} min")
+    return 1 if results.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

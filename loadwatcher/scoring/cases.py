@@ -1,0 +1,98 @@
+"""Self-contained scoring cases (DESIGN §8): one JSON object in, ``{scores, filtered}`` out.
+
+Case file fields: ``plugin``; ``args`` (upstream JSON names); ``nodes`` (``name``,
+``capacity``, ``allocatable`` defaulting to ``capacity``, ``metrics`` as on the wire or null,
+optional ``pods``, ``recentPods`` with ``ageSeconds``, ``tags``/``lastSample``); ``pod`` (a
+PodSpec subset or a manifest); optional ``now`` and ``window`` (``{duration, start, end}``
+or a duration string); optional ``fallback`` (default false: a case reproduces upstream
+exactly, so nodes without metrics score the minimum). Other top-level keys such as ``id``,
+``note`` and ``expect`` are ignored.
+
+The output has every node's score (what upstream's Score returns, e.g. 0 for expired
+metrics) in ``scores`` and the Filter plugin's rejections in ``filtered``.
+
+Times: ``now`` defaults to ``window.end``, else 0; the window end defaults to ``now``; a
+recent pod was bound at ``now − ageSeconds``; a node's metrics were last updated at its
+``lastSample``, else at the window end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from loadwatcher.scoring.cluster import build_cluster
+from loadwatcher.scoring.nodes import parse_node
+from loadwatcher.scoring.plugins import canonical_name, parse_plugin_args, run_plugins
+from loadwatcher.scoring.pods import parse_pod
+
+__all__ = ["load_case", "run_case"]
+
+
+def load_case(path: str | Path) -> Any:
+    """Read a case file (JSON; ``NaN``/``Infinity`` tokens allowed). ValueError if unreadable."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"cannot read case file {str(path)!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"case file {str(path)!r} is not UTF-8 text") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"case file {str(path)!r} is not valid JSON: {exc}") from None
+
+
+def _time(raw: Any, where: str) -> float | None:
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
+        raise ValueError(f"case.{where}: expected a number of Unix seconds, got {raw!r}")
+    return float(raw)
+
+
+def _window(raw: Any) -> tuple[str, float | None]:
+    """(duration, end) of the case window."""
+    if raw is None:
+        return "", None
+    if isinstance(raw, str):
+        return raw, None
+    if not isinstance(raw, Mapping):
+        raise ValueError("case.window: expected {duration, start, end} or a duration string")
+    duration = raw.get("duration", "")
+    if not isinstance(duration, str):
+        raise ValueError("case.window.duration: expected a string such as \"15m\"")
+    return duration, _time(raw.get("end"), "window.end")
+
+
+def run_case(doc: Any) -> dict[str, dict[str, Any]]:
+    """Score one case; ``{"scores": {node: int}, "filtered": {node: reason}}``."""
+    if not isinstance(doc, Mapping):
+        raise ValueError("case: expected a JSON object")
+    plugin = doc.get("plugin")
+    if not isinstance(plugin, str):
+        raise ValueError("case.plugin: expected a plugin name such as \"TargetLoadPacking\"")
+    name = canonical_name(plugin)
+    args = parse_plugin_args(name, doc.get("args"))
+    duration, end = _window(doc.get("window"))
+    now = _time(doc.get("now"), "now")
+    now = now if now is not None else (end if end is not None else 0.0)
+    nodes_raw = doc.get("nodes")
+    if not isinstance(nodes_raw, list):
+        raise ValueError("case.nodes: expected a list of nodes")
+    nodes = [parse_node(n, f"case.nodes[{i}]", now=now, default_rollup=duration)
+             for i, n in enumerate(nodes_raw)]
+    if len({n.name for n in nodes}) != len(nodes):
+        raise ValueError("case.nodes: node names must be unique")
+    if "pod" not in doc:
+        raise ValueError("case.pod: missing (give a PodSpec subset, e.g. {\"containers\": []})")
+    pod = parse_pod(doc["pod"], "case.pod")
+    fallback = doc.get("fallback", False)
+    if not isinstance(fallback, bool):
+        raise ValueError("case.fallback: expected true or false")
+    cluster = build_cluster(nodes, now=now, window_end=end)
+    (result,) = run_plugins(cluster, pod, {name: args}, fallback_enabled=fallback)
+    return {"scores": result.scores, "filtered": result.filtered}

@@ -1,0 +1,93 @@
+"""Command-line inputs: pod, nodes, plugin args and the watcher snapshot, with clear errors.
+
+Every reader raises ValueError (bad input: exit code 2) or ClientError (the watcher or the
+API server failed: exit code 1) with a one-line message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from loadwatcher.client import Snapshot, check_age, fetch_snapshot, load_snapshot
+from loadwatcher.scoring import kube
+from loadwatcher.scoring.nodes import NodeInput, parse_nodes
+from loadwatcher.scoring.plugins import PLUGINS, canonical_name, parse_plugin_args
+from loadwatcher.scoring.pods import Pod, parse_pod
+
+__all__ = ["read_document", "read_nodes", "read_plugin_args", "read_pod", "read_snapshot"]
+
+
+def _read_bytes(path: str) -> bytes:
+    try:
+        return sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read {path!r}: {exc.strerror or exc}") from None
+
+
+def read_document(path: str) -> Any:
+    """The first document of a YAML or JSON file (``-`` for stdin)."""
+    raw = _read_bytes(path)
+    try:
+        docs = [d for d in yaml.safe_load_all(raw.decode("utf-8")) if d is not None]
+    except UnicodeDecodeError:
+        raise ValueError(f"{path!r} is not UTF-8 text") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ValueError(f"{path!r} is not valid YAML/JSON: {problem}{where}") from None
+    if not docs:
+        raise ValueError(f"{path!r} is empty")
+    return docs[0]
+
+
+def read_pod(path: str) -> Pod:
+    """The pod to place from a PodSpec subset or a manifest (YAML or JSON)."""
+    return parse_pod(read_document(path), f"pod file {path!r}")
+
+
+def read_nodes(path: str | None, kubeconfig: str | None, context: str | None,
+               now: float) -> list[NodeInput] | None:
+    """Candidate nodes from ``--nodes`` or ``--kubeconfig``; None when neither is given."""
+    if path is not None:
+        doc = read_document(path)
+        if isinstance(doc, Mapping) and isinstance(doc.get("items"), list):
+            return kube.nodes_from_items(doc["items"], now=now)  # kubectl ... -o json
+        return parse_nodes(doc, now=now)
+    if kubeconfig is not None:
+        target = kube.load_kubeconfig(kubeconfig, context)
+        return asyncio.run(kube.fetch_nodes(target, now=now))
+    return None
+
+
+def read_plugin_args(names: list[str] | None, args_path: str | None) -> dict[str, Any]:
+    """Typed args for the chosen plugins (all when none chosen) from an optional file.
+
+    The file maps plugin names (any accepted spelling) to upstream-style args.
+    """
+    chosen = [canonical_name(n) for n in names] if names else list(PLUGINS)
+    given: dict[str, Any] = {}
+    if args_path is not None:
+        doc = read_document(args_path)
+        if not isinstance(doc, Mapping):
+            raise ValueError(f"args file {args_path!r}: expected a mapping of plugin name to args")
+        given = {canonical_name(str(k)): v for k, v in doc.items()}
+    return {name: parse_plugin_args(name, given.get(name)) for name in dict.fromkeys(chosen)}
+
+
+def read_snapshot(source: str, *, now: float, window: str | None, fmt: str,
+                  max_age_s: float | None, timeout_s: float, retries: int) -> Snapshot:
+    """A snapshot from a watcher URL (fetched, age-checked) or a saved document."""
+    if source.startswith(("http://", "https://")):
+        return fetch_snapshot(source, window=window, fmt=fmt, max_age_s=max_age_s,
+                              timeout_s=timeout_s, retries=retries, clock=lambda: now)
+    snapshot = load_snapshot(_read_bytes(source))
+    if max_age_s is not None:
+        check_age(snapshot, now, max_age_s)
+    return snapshot

@@ -1,0 +1,210 @@
+"""Pods as the plugins see them, and the resource sums the upstream code computes.
+
+A pod is given as a PodSpec subset (``containers[].resources.requests/limits``,
+``initContainers``, ``overhead``, ``priority``, ``ownerKind``) or as a whole manifest: a Pod,
+or a workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob) whose pod
+template is used. CPU is counted in millicores (``MilliValue``), memory in bytes (``Value``).
+
+Two ways of summing, because upstream uses both:
+
+- Trimaran (``GetEffectiveResource``): per container ``MilliValue()``/``Value()`` summed,
+  then ``max`` with each init container, then overhead added.
+- Kubernetes ``PodRequests``/``PodLimits`` (Koordinator's estimator): exact quantity sums,
+  ``max`` with each init container, overhead added (to limits only where a limit exists).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import cached_property
+from typing import Any
+
+from loadwatcher.quantity import Quantity, parse_quantity
+from loadwatcher.scoring.gomath import go_round, to_int64
+
+__all__ = ["Container", "Pod", "Resources", "parse_pod", "parse_resource_list"]
+
+ResourceList = Mapping[str, Quantity]
+_WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job",
+              "ReplicationController"}
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """CPU in millicores and memory in bytes (Go ``framework.Resource`` subset)."""
+
+    milli_cpu: int = 0
+    memory: int = 0
+
+
+def parse_resource_list(raw: Any, where: str) -> dict[str, Quantity]:
+    """``{"cpu": "250m", ...}`` -> quantities; ValueError naming ``where`` on bad input."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where}: expected a mapping of resource name to quantity")
+    out: dict[str, Quantity] = {}
+    for name, value in raw.items():
+        try:
+            out[str(name)] = parse_quantity(value)
+        except ValueError as exc:
+            raise ValueError(f"{where}.{name}: {exc}") from None
+    return out
+
+
+@dataclass(frozen=True)
+class Container:
+    """A container's resource requests and limits."""
+
+    requests: ResourceList = field(default_factory=dict)
+    limits: ResourceList = field(default_factory=dict)
+
+
+def _container(raw: Any, where: str) -> Container:
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where}: expected a mapping")
+    res = raw.get("resources")
+    res = {} if res is None else res
+    if not isinstance(res, Mapping):
+        raise ValueError(f"{where}.resources: expected a mapping")
+    return Container(parse_resource_list(res.get("requests"), f"{where}.resources.requests"),
+                     parse_resource_list(res.get("limits"), f"{where}.resources.limits"))
+
+
+def _add(total: Resources, rl: ResourceList) -> Resources:
+    """Go ``Resource.Add(ResourceList)`` restricted to cpu and memory."""
+    cpu, mem = rl.get("cpu"), rl.get("memory")
+    return Resources(total.milli_cpu + (cpu.milli_value() if cpu else 0),
+                     total.memory + (mem.value() if mem else 0))
+
+
+@dataclass(frozen=True)
+class Pod:
+    """The pod to place, or a pod already on a node."""
+
+    name: str = ""
+    containers: tuple[Container, ...] = ()
+    init_containers: tuple[Container, ...] = ()
+    overhead: ResourceList = field(default_factory=dict)
+    priority: int | None = None
+    owner_kind: str | None = None
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def _effective(self, limits: bool) -> Resources:
+        total = Resources()
+        for c in self.containers:
+            total = _add(total, c.limits if limits else c.requests)
+        for c in self.init_containers:
+            rl = c.limits if limits else c.requests
+            cpu, mem = rl.get("cpu"), rl.get("memory")
+            total = Resources(max(total.milli_cpu, cpu.milli_value() if cpu else 0),
+                              max(total.memory, mem.value() if mem else 0))
+        return _add(total, self.overhead) if self.overhead else total
+
+    @cached_property
+    def requested(self) -> Resources:
+        """Trimaran ``GetResourceRequested``."""
+        return self._effective(limits=False)
+
+    @cached_property
+    def limited(self) -> Resources:
+        """Trimaran ``GetResourceLimits`` (not yet raised to the requests)."""
+        return self._effective(limits=True)
+
+    @cached_property
+    def requests_and_limits(self) -> tuple[Resources, Resources]:
+        """Trimaran ``CreatePodResourcesStateData``: limits raised to at least the requests."""
+        req, lim = self.requested, self.limited
+        return req, Resources(max(lim.milli_cpu, req.milli_cpu), max(lim.memory, req.memory))
+
+    def k8s_sums(self, limits: bool) -> dict[str, Fraction]:
+        """Kubernetes ``PodRequests``/``PodLimits``: exact sums, init max, overhead."""
+        out: dict[str, Fraction] = {}
+        for c in self.containers:
+            for name, q in (c.limits if limits else c.requests).items():
+                out[name] = out.get(name, Fraction(0)) + q.exact
+        for c in self.init_containers:
+            for name, q in (c.limits if limits else c.requests).items():
+                out[name] = max(out.get(name, Fraction(0)), q.exact)
+        for name, q in self.overhead.items():
+            if not limits or name in out:
+                out[name] = out.get(name, Fraction(0)) + q.exact
+        return out
+
+    def tlp_predicted_milli(self, default_milli: int, multiplier: float) -> int:
+        """TargetLoadPacking: sum of ``PredictUtilisation`` over containers plus CPU overhead.
+
+        A container is predicted from its CPU limit if it has one, else from its CPU request
+        times the multiplier (Go ``int64(math.Round(...))``), else ``default_milli``.
+        """
+        key = ("tlp", default_milli, multiplier)
+        if key not in self.memo:
+            self.memo[key] = self._tlp_predicted(default_milli, multiplier)
+        result: int = self.memo[key]
+        return result
+
+    def _tlp_predicted(self, default_milli: int, multiplier: float) -> int:
+        total = 0
+        for c in self.containers:
+            if "cpu" in c.limits:
+                total += c.limits["cpu"].milli_value()
+            elif "cpu" in c.requests:
+                total += to_int64(go_round(float(c.requests["cpu"].milli_value()) * multiplier))
+            else:
+                total += default_milli
+        cpu = self.overhead.get("cpu")
+        return total + (cpu.milli_value() if cpu else 0)
+
+
+def _spec_of(doc: Mapping[str, Any]) -> tuple[Mapping[str, Any], str, str | None]:
+    """The pod spec inside a manifest, the pod's name, and its owner kind."""
+    kind = doc.get("kind")
+    meta = doc.get("metadata") if isinstance(doc.get("metadata"), Mapping) else {}
+    name = str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
+    if "spec" not in doc:
+        return doc, name, None
+    spec = doc["spec"]
+    if not isinstance(spec, Mapping):
+        raise ValueError("pod: spec must be a mapping")
+    if kind == "CronJob":
+        job = spec.get("jobTemplate")
+        spec = job.get("spec") if isinstance(job, Mapping) else None
+        if not isinstance(spec, Mapping):
+            raise ValueError("pod: CronJob has no spec.jobTemplate.spec")
+        kind = "Job"
+    if kind in _WORKLOADS:
+        template = spec.get("template")
+        if not isinstance(template, Mapping) or not isinstance(template.get("spec"), Mapping):
+            raise ValueError(f"pod: {kind} has no spec.template.spec")
+        return template["spec"], name, kind
+    if kind not in (None, "Pod"):
+        raise ValueError(f"pod: unsupported manifest kind {kind!r}")
+    owners = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    owner = next((o.get("kind") for o in owners or () if isinstance(o, Mapping)), None)
+    return spec, name, owner if isinstance(owner, str) else None
+
+
+def parse_pod(raw: Any, where: str = "pod") -> Pod:
+    """A :class:`Pod` from a PodSpec subset or a manifest; ValueError naming the bad field."""
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where}: expected a mapping (a PodSpec subset or a pod manifest)")
+    spec, name, owner = _spec_of(raw)
+    name = str(raw.get("name", name))
+    lists = []
+    for key in ("containers", "initContainers"):
+        items = spec.get(key)
+        items = [] if items is None else items
+        if not isinstance(items, list):
+            raise ValueError(f"{where}.{key}: expected a list")
+        lists.append(tuple(_container(c, f"{where}.{key}[{i}]") for i, c in enumerate(items)))
+    priority = spec.get("priority", raw.get("priority"))
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        raise ValueError(f"{where}.priority: expected an integer, got {priority!r}")
+    owner_kind = raw.get("ownerKind", owner)
+    if owner_kind is not None and not isinstance(owner_kind, str):
+        raise ValueError(f"{where}.ownerKind: expected a string")
+    return Pod(name, lists[0], lists[1],
+               parse_resource_list(spec.get("overhead"), f"{where}.overhead"),
+               priority, owner_kind)

@@ -1,0 +1,116 @@
+"""API protection: bearer tokens from a file, and TLS with certificate reload.
+
+Tokens are compared in constant time (``hmac.compare_digest``) against every configured
+token, so the time to reject says nothing about how close a guess was. The token file and
+the certificate are re-read when their modification time or size changes: rotating a
+Kubernetes Secret needs no restart.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import ssl
+from collections.abc import Awaitable, Callable
+
+import orjson
+from aiohttp import web
+
+log = logging.getLogger("loadwatcher.security")
+
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _stamp(path: str) -> tuple[float, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime, st.st_size)
+
+
+class TokenFile:
+    """Bearer tokens, one per line (blank lines and ``#`` comments ignored)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._stamp: tuple[float, int] | None = None
+        self._tokens: tuple[bytes, ...] = ()
+
+    def tokens(self) -> tuple[bytes, ...]:
+        stamp = _stamp(self.path)
+        if stamp is not None and stamp != self._stamp:
+            try:
+                with open(self.path, encoding="utf-8") as fh:
+                    lines = [line.strip() for line in fh]
+            except OSError as exc:
+                # Keep the tokens we had: a rotation in progress must not open the API.
+                log.error("cannot read token file %s: %s", self.path, exc.strerror)
+                return self._tokens
+            self._tokens = tuple(t.encode() for t in lines if t and not t.startswith("#"))
+            self._stamp = stamp
+        return self._tokens
+
+    def accepts(self, header: str | None) -> bool:
+        if not header or not header.startswith("Bearer "):
+            return False
+        given = header[len("Bearer ") :].strip().encode()
+        matched = False
+        for token in self.tokens():
+            # No early exit: every token is compared whatever the outcome.
+            matched |= hmac.compare_digest(given, token)
+        return matched
+
+
+def auth_middleware(
+    tokens: TokenFile, protect_metrics: bool
+) -> Callable[..., Awaitable[web.StreamResponse]]:
+    @web.middleware
+    async def require_token(request: web.Request, handler: Handler) -> web.StreamResponse:
+        path = request.path
+        if path in OPEN_PATHS or (path == "/metrics" and not protect_metrics):
+            return await handler(request)
+        if tokens.accepts(request.headers.get("Authorization")):
+            return await handler(request)
+        return web.Response(
+            status=401,
+            body=orjson.dumps(
+                {"error": "unauthorized", "message": "a valid bearer token is required"}
+            ),
+            content_type="application/json",
+            headers={"WWW-Authenticate": 'Bearer realm="loadwatcher"'},
+        )
+
+    return require_token
+
+
+class TlsReloader:
+    """A server SSL context whose certificate is reloaded when the files change."""
+
+    def __init__(self, cert_file: str, key_file: str) -> None:
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._stamps: tuple[tuple[float, int] | None, ...] = ()
+        self.reload()
+
+    def reload(self) -> bool:
+        """Load the pair if it changed; a bad new pair keeps the old one (and is logged)."""
+        stamps = (_stamp(self.cert_file), _stamp(self.key_file))
+        if stamps == self._stamps:
+            return False
+        try:
+            self.context.load_cert_chain(self.cert_file, self.key_file)
+        except (OSError, ssl.SSLError) as exc:
+            if not self._stamps:
+                raise
+            log.error("new TLS certificate not loaded, keeping the old one: %s", exc)
+            return False
+        if self._stamps:
+            log.info("TLS certificate reloaded from %s", self.cert_file)
+        self._stamps = stamps
+        return True

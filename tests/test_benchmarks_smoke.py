@@ -1,0 +1,81 @@
+"""The benchmark harness (benchmarks/run.py) runs end to end in --quick mode.
+
+It starts real Prometheus, the service, nginx and wrk on loopback, so it needs the Debian
+packages ``prometheus``, ``nginx`` and ``wrk``: skipped when one is missing, failed under
+``CI=true``. The figures of a quick run mean nothing; this only checks that every row of
+the results table gets a number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.backend
+
+REPO = Path(__file__).resolve().parents[1]
+TOOLS = {"prometheus": "prometheus", "promtool": "prometheus", "wrk": "wrk", "nginx": "nginx"}
+
+
+def _have(name: str) -> bool:
+    return shutil.which(name) is not None or any(
+        os.access(Path(d, name), os.X_OK) for d in ("/usr/sbin", "/sbin")
+    )
+
+
+def _require_tools() -> None:
+    missing = sorted({pkg for name, pkg in TOOLS.items() if not _have(name)})
+    if not missing:
+        return
+    message = f"benchmark tools missing: install Debian package(s) {', '.join(missing)}"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+def _table(text: str) -> list[list[str]]:
+    """Rows of the first Markdown table (header and rule excluded), as stripped cells."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| # |"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def test_quick_run_writes_a_table_with_numbers_in_every_row(tmp_path: Path) -> None:
+    _require_tools()
+    out = tmp_path / "RESULTS.md"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "run.py"), "--quick", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr[-4000:] + done.stdout[-2000:]
+    assert "poll cycle" in done.stderr  # progress is printed while it runs
+    rows = _table(out.read_text(encoding="utf-8"))
+    by_kind = {row[0] for row in rows}
+    assert by_kind == {"1", "2", "3", "4", "5", "6"}, rows
+    assert sum(1 for r in rows if r[1].startswith("poll cycle")) == 4  # 2 sizes × cold/steady
+    assert sum(1 for r in rows if r[1].startswith("GET /watcher")) == 2  # plain and gzip
+    scoring_script = (REPO / "benchmarks" / "bench_scoring.py").exists()
+    for row in rows:
+        result = row[3]
+        if row[0] == "5" and not scoring_script:
+            assert result.startswith("not measured"), row
+            continue
+        assert any(ch.isdigit() for ch in result) and "not measured" not in result, row
+    raw = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
+    assert raw["quick"] is True and not raw["errors"], raw["errors"]
