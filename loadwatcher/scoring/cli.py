@@ -108,8 +108,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     pred.set_defaults(func=_guarded("predict", run_predict))
 
 
-def _candidates(args: argparse.Namespace, now: float) -> tuple[Snapshot, list[NodeInput],
-                                                               list[str]]:
+def _candidates(args: argparse.Namespace, now: float, windows: set[str] | None = None
+                ) -> tuple[Snapshot, list[NodeInput], list[str]]:
     if not args.watcher:
         raise ValueError("--watcher URL|FILE is required")
     is_url = args.watcher.startswith(("http://", "https://"))
@@ -119,6 +119,12 @@ def _candidates(args: argparse.Namespace, now: float) -> tuple[Snapshot, list[No
     snapshot = inputs.read_snapshot(args.watcher, now=now, window=args.window, fmt=args.fmt,
                                     max_age_s=max_age, timeout_s=args.timeout,
                                     retries=args.retries)
+    if is_url and windows:  # LoadAware reads other rollup windows than the main one
+        extra = [inputs.read_snapshot(args.watcher, now=now, window=w, fmt=args.fmt,
+                                      max_age_s=max_age, timeout_s=args.timeout,
+                                      retries=args.retries)
+                 for w in sorted(windows - {snapshot.duration})]
+        snapshot = inputs.with_windows(snapshot, extra)
     nodes, skipped = merge_snapshot(known, snapshot.nodes)
     if not nodes:
         raise ValueError("no node has a known capacity: give --nodes or --kubeconfig, or run "
@@ -140,7 +146,7 @@ def run_score(args: argparse.Namespace) -> int:
     now = args.now if args.now is not None else time.time()
     pod = inputs.read_pod(args.pod)
     plugin_args = inputs.read_plugin_args(args.plugin, args.args_file)
-    snapshot, nodes, skipped = _candidates(args, now)
+    snapshot, nodes, skipped = _candidates(args, now, inputs.loadaware_windows(plugin_args))
     cluster = build_cluster(nodes, now=now, window_end=snapshot.end,
                             stale_after_s=args.stale_after)
     results = run_plugins(cluster, pod, plugin_args, fallback_enabled=not args.upstream_exact)

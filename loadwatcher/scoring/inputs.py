@@ -14,13 +14,16 @@ from typing import Any
 
 import yaml
 
-from loadwatcher.client import Snapshot, check_age, fetch_snapshot, load_snapshot
-from loadwatcher.scoring import kube
+from loadwatcher.client import NodeMetrics, Snapshot, check_age, fetch_snapshot, load_snapshot
+from loadwatcher.scoring import kube, loadaware
 from loadwatcher.scoring.nodes import NodeInput, parse_nodes
 from loadwatcher.scoring.plugins import PLUGINS, canonical_name, parse_plugin_args
 from loadwatcher.scoring.pods import Pod, parse_pod
 
-__all__ = ["read_document", "read_nodes", "read_plugin_args", "read_pod", "read_snapshot"]
+__all__ = ["loadaware_windows", "read_document", "read_nodes", "read_plugin_args", "read_pod",
+           "read_snapshot", "with_windows"]
+
+_WINDOWS = {300.0: "5m", 600.0: "10m", 900.0: "15m"}
 
 
 def _read_bytes(path: str) -> bytes:
@@ -91,3 +94,32 @@ def read_snapshot(source: str, *, now: float, window: str | None, fmt: str,
     if max_age_s is not None:
         check_age(snapshot, now, max_age_s)
     return snapshot
+
+
+def loadaware_windows(plugin_args: Mapping[str, Any]) -> set[str]:
+    """The rollup windows LoadAware reads: 5m for the node usage, plus aggregation windows."""
+    args = plugin_args.get(loadaware.NAME)
+    if args is None:
+        return set()
+    windows = {"5m"}
+    agg = args.aggregated
+    if agg is not None:
+        for kind, duration in ((agg.score_aggregation_type, agg.score_aggregated_duration_s),
+                               (agg.usage_aggregation_type, agg.usage_aggregated_duration_s)):
+            if kind:
+                windows.add(_WINDOWS.get(duration, "15m") if duration else "15m")
+    return windows
+
+
+def with_windows(snapshot: Snapshot, extra: list[Snapshot]) -> Snapshot:
+    """``snapshot`` with the metrics of other windows placed *before* its own.
+
+    The Trimaran plugins read the last AVG/Latest/STD of a type, so metrics placed first
+    never change what they see; LoadAware and ``predict`` select windows by ``rollup``.
+    """
+    nodes: dict[str, NodeMetrics] = {}
+    for name, node in snapshot.nodes.items():
+        before = tuple(m for s in extra if name in s.nodes for m in s.nodes[name].metrics)
+        nodes[name] = NodeMetrics(name, before + node.metrics, node.tags, node.metadata)
+    return Snapshot(snapshot.timestamp, snapshot.duration, snapshot.start, snapshot.end,
+                    snapshot.source, nodes, snapshot.format)

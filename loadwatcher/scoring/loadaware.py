@@ -180,9 +180,11 @@ def _estimated(cluster: Cluster, pod: Pod, args: Args,
             (bound < updated) & (updated - bound < REPORT_INTERVAL_S))
         weights, factors = args.resource_weights, args.estimated_scaling_factors
         for name, _ in weights:
-            values = cluster.per_recent_pod(
-                ("koordinator", weights, factors, name),
-                lambda p, r=name: estimate_pod(p, weights, factors)[r]).astype(np.int64)
+            def one(p: Pod, resource: str = name) -> float:
+                return float(estimate_pod(p, weights, factors)[resource])
+
+            values = cluster.per_recent_pod(("koordinator", weights, factors, name),
+                                            one).astype(np.int64)
             np.add.at(est[name], node[unreported], values[unreported])
     finite = np.ones(n, dtype=np.bool_)
     for name, (pct, present) in usage.items():

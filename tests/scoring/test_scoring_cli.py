@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from scoring_support import REPO
@@ -395,3 +396,49 @@ def test_register_on_a_foreign_parser() -> None:
     assert callable(args.func) and args.case == "x.json"
     args = parser.parse_args(["predict", "--watcher", "w.json", "--percentile", "P99"])
     assert callable(args.func) and args.percentile == "P99"
+
+
+def test_loadaware_reads_the_5m_window_from_a_url(tmp_path: Path) -> None:
+    """The main 15m snapshot feeds Trimaran; LoadAware also gets ?window=5m (DESIGN §8)."""
+
+    def doc(window: str, cpu: float) -> bytes:
+        seconds = {"5m": 300, "15m": 900}[window]
+        return json.dumps({
+            "timestamp": NOW, "window": {"duration": window, "start": NOW - seconds,
+                                         "end": NOW},
+            "source": "test", "data": {"NodeMetricsMap": {"n": {
+                "metrics": [{"name": "c", "type": "CPU", "operator": "AVG", "rollup": window,
+                             "value": cpu}],
+                "tags": {"lastSample": NOW}, "metadata": {
+                    "capacity.cpu": "10", "capacity.memory": "10Gi"}}}}}).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            window = parse_qs(urlsplit(self.path).query).get("window", ["15m"])[0]
+            body = doc(window, 10.0 if window == "5m" else 50.0)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    pod = tmp_path / "pod.json"
+    pod.write_text('{"containers": []}')
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "loadwatcher.scoring", "score", "--watcher",
+             f"http://127.0.0.1:{server.server_port}", "--pod", str(pod), "--now", str(NOW),
+             "--json", "--plugin", "TLP", "--plugin", "LoadAware"],
+            cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)["nodes"]
+    # TLP on the 15m AVG 50 %: 40 × 50 / 60 = 33; LoadAware on the 5m AVG 10 %:
+    # cpu (10000 − 1000 − 250) × 100 / 10000 = 87, memory 200Mi of 10Gi -> 98: 92
+    assert row["scores"] == {"TargetLoadPacking": 33, "LoadAwareScheduling": 92}
