@@ -153,7 +153,7 @@ def _other_rows(results: Results) -> list[str]:
             imp = Stats.of(restart.import_seconds)
             rows.append(
                 f"| 3 | of which: a fresh interpreter importing loadwatcher.cli and "
-                f"loadwatcher.app (no data) | 0 | {imp.median:.2f} s ({imp.low:.2f}–"
+                f"loadwatcher.app (no data) | — | {imp.median:.2f} s ({imp.low:.2f}–"
                 f"{imp.high:.2f} s), RSS {restart.import_rss_kib / 1024:,.0f} MB | | | — | — |"
             )
     else:
@@ -287,7 +287,9 @@ def markdown(results: Results, old_text: str | None) -> str:
         "serving the saved body with the service's Content-Type, ETag, Vary and Cache-Control; "
         f"`wrk {results.serving.wrk_args if results.serving else ''}` ({m.get('wrk', '?')}), "
         "with `-H 'Accept-Encoding: gzip'` for the gzip rows, alternating service and nginx, "
-        f"{s.get('serve_repeat')} rounds.",
+        f"{s.get('serve_repeat')} rounds. The plain body (megabytes at 1,000 nodes) mostly "
+        "measures loopback copies and wrk itself, for both servers; the gzip row is the one "
+        "that shows the service's own per-request cost.",
         "- Memory: VmRSS of the service process (/proc/PID/status) once it served every node "
         "and completed more polls; its journal, stopped cleanly, is the restart input.",
         "- Restart: the service started on a copy of that journal with Prometheus stopped; "
