@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from loadwatcher import rollups
 from loadwatcher.model import LONGEST_WINDOW_S, FloatArray, Resource
 from loadwatcher.store import Columns, IntArray
 
@@ -71,13 +72,12 @@ def series_quality(
     thresholds: Thresholds,
 ) -> list[Quality | None]:
     """Quality of every series id (None for a series with no sample held)."""
-    sid, ts, val = cols.sid, cols.ts, cols.val
-    counts = np.bincount(sid, minlength=n_series)
+    counts = np.bincount(cols.sid, minlength=n_series)
     result: list[Quality | None] = [None] * n_series
-    if ts.shape[0] == 0:
+    if cols.ts.shape[0] == 0:
         return result
-    order = np.argsort(sid, kind="stable")  # per series, time order
-    s_sid, s_ts, s_val = sid[order], ts[order], val[order]
+    ordered = rollups.series_time_order(cols)  # free: the store keeps this order
+    s_sid, s_ts, s_val = ordered.sid, ordered.ts, ordered.val
     present = np.flatnonzero(counts)
     starts = np.concatenate(([0], np.cumsum(counts[present])[:-1]))
     last = starts + counts[present] - 1

@@ -96,7 +96,7 @@ def _send(request: web.Request, body: Body) -> web.Response:
 async def watcher(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
     window, fmt, host = _params(request)
-    return _serve(request, engine, window, fmt, host)
+    return await _serve(request, engine, window, fmt, host)
 
 
 async def watcher_host(request: web.Request) -> web.Response:
@@ -106,18 +106,16 @@ async def watcher_host(request: web.Request) -> web.Response:
         raise BadRequest("bad_parameter", "give the node either in the path or as ?host=")
     name = request.match_info["hostname"]
     _check_node_name(name)
-    return _serve(request, engine, window, fmt, name)
+    return await _serve(request, engine, window, fmt, name)
 
 
-def _serve(
+async def _serve(
     request: web.Request, engine: Engine, window: str | None, fmt: Format, host: str | None
 ) -> web.Response:
     pub = engine.current
     if pub is None:
         return error(503, "no_snapshot", "no snapshot yet: the first poll has not completed")
-    if host is None:
-        return _send(request, pub.body(window, fmt))
-    body = pub.node_body(window, fmt, host)
+    body = await pub.body(window, fmt, host)
     if body is None:
         return error(404, "node_not_found", f"no metrics for node {host!r}")
     return _send(request, body)

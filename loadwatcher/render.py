@@ -46,19 +46,17 @@ def pick_window(snap: Snapshot, requested: str | None) -> str:
 def document(snap: Snapshot, window: str, fmt: Format, only: str | None = None) -> dict[str, Any]:
     """The response document for one window, all nodes or only node ``only``."""
     stats = snap.windows[window]
+    sids = stats.sids.tolist()
+    rows: list[int] | range = range(len(sids))
+    if only is not None:
+        rows = [i for i in rows if snap.keys[sids[i]][0] == only]
     columns = {op: stats.values[op].tolist() for op in WIRE_OPERATORS}
-    rows = sorted(
-        range(stats.sids.shape[0]),
-        key=lambda i: (
-            snap.keys[int(stats.sids[i])][0],
-            _RESOURCE_ORDER[snap.keys[int(stats.sids[i])][1]],
-        ),
+    ordered = sorted(
+        rows, key=lambda i: (snap.keys[sids[i]][0], _RESOURCE_ORDER[snap.keys[sids[i]][1]])
     )
     nodes: dict[str, dict[str, Any]] = {}
-    for i in rows:
-        node, resource = snap.keys[int(stats.sids[i])]
-        if only is not None and node != only:
-            continue
+    for i in ordered:
+        node, resource = snap.keys[sids[i]]
         entry = nodes.get(node)
         if entry is None:
             entry = nodes[node] = {

@@ -57,10 +57,8 @@ def build(
     node_info: dict[str, dict[str, str]],
 ) -> Snapshot:
     """Compute every window's rollups at ``now`` (pure)."""
-    windows = {}
-    for window in WINDOWS:
-        _, end = rollups.window_bounds(now, window)
-        windows[window.name] = rollups.compute(cols, len(keys), window, end)
+    _, end = rollups.window_bounds(now, WINDOWS[0])
+    windows = rollups.compute_windows(cols, len(keys), WINDOWS, end)
     return Snapshot(now, source, tuple(keys), windows, dict(metric_names), tags, node_info)
 
 

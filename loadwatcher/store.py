@@ -1,9 +1,10 @@
 """In-memory sample store: every raw sample of every series in three flat numpy columns.
 
-Series are numbered in the order they are first seen (``series id``). Samples of one
-series are appended in ascending time order only (anything not newer than the series'
-newest sample is a duplicate and ignored), so a stable sort by series id keeps each
-series in time order; rollups rely on that.
+Series are numbered in the order they are first seen (``series id``). The columns are kept
+ordered by (series id, time): a series' samples are contiguous and ascending, so rollups and
+the analyser need no sort to find each series' newest sample. New samples are merged in
+with one vectorised insert per cycle; anything not newer than its series' newest sample is a
+duplicate and ignored.
 """
 
 from __future__ import annotations
@@ -71,7 +72,10 @@ class SampleStore:
             sid = len(self._keys)
             self._keys.append(key)
             self._index[key] = sid
-            self._newest = np.append(self._newest, -np.inf)
+            if sid >= self._newest.shape[0]:  # grow geometrically: thousands of new series at once
+                grown = np.full(max(16, 2 * self._newest.shape[0]), -np.inf)
+                grown[: self._newest.shape[0]] = self._newest
+                self._newest = grown
         return sid
 
     def newest(self) -> float | None:
@@ -82,52 +86,54 @@ class SampleStore:
 
     def newest_by_series(self) -> FloatArray:
         """Newest sample time per series id (-inf when the series has none)."""
-        return self._newest.copy()
+        return self._newest[: len(self._keys)].copy()
 
     def add(self, series: Iterable[Series]) -> AddResult:
-        """Append new samples; drop duplicates and values that are not a utilisation."""
-        sids: list[IntArray] = []
-        tss: list[FloatArray] = []
-        vals: list[FloatArray] = []
+        """Merge new samples in; drop duplicates and values that are not a utilisation."""
+        parts = [s for s in series if s.ts.shape[0]]
         dropped = {"non_finite": 0, "negative": 0, "over_100": 0}
-        for s in series:
-            if s.ts.shape[0] == 0:
-                continue
-            sid = self.series_id(s.node, s.resource)
-            ts, val = _sorted_unique(s.ts, s.values)
-            fresh = ts > self._newest[sid]
-            ts, val = ts[fresh], val[fresh]
-            finite = np.isfinite(val) & np.isfinite(ts)
-            negative = finite & (val < 0)
-            over = finite & (val > 100.0 + OVER_100_TOLERANCE)
-            dropped["non_finite"] += int((~finite).sum())
-            dropped["negative"] += int(negative.sum())
-            dropped["over_100"] += int(over.sum())
-            good = finite & ~negative & ~over
-            if not good.any():
-                continue
-            ts, val = ts[good], val[good]
-            self._newest[sid] = ts[-1]
-            sids.append(np.full(ts.shape[0], sid, np.int64))
-            tss.append(ts)
-            vals.append(val)
-        if not sids:
+        if not parts:
             return AddResult(_empty_columns(), dropped)
-        added = Columns(np.concatenate(sids), np.concatenate(tss), np.concatenate(vals))
-        self._cols = Columns(
-            np.concatenate((self._cols.sid, added.sid)),
-            np.concatenate((self._cols.ts, added.ts)),
-            np.concatenate((self._cols.val, added.val)),
-        )
+        ids = np.fromiter((self.series_id(p.node, p.resource) for p in parts), np.int64, len(parts))
+        lengths = np.fromiter((p.ts.shape[0] for p in parts), np.int64, len(parts))
+        sid = np.repeat(ids, lengths)
+        ts = np.concatenate([p.ts for p in parts]).astype(np.float64, copy=False)
+        val = np.concatenate([p.values for p in parts]).astype(np.float64, copy=False)
+
+        bad_ts = ~np.isfinite(ts)
+        dropped["non_finite"] += int(bad_ts.sum())
+        sid, ts, val = sid[~bad_ts], ts[~bad_ts], val[~bad_ts]
+        # (series, time) order; a stable sort keeps the last given of equal timestamps last.
+        order = np.lexsort((ts, sid))
+        sid, ts, val = sid[order], ts[order], val[order]
+        last_of_run = np.ones(sid.shape[0], bool)
+        last_of_run[:-1] = (sid[1:] != sid[:-1]) | (ts[1:] != ts[:-1])
+        fresh = last_of_run & (ts > self._newest[sid])
+        sid, ts, val = sid[fresh], ts[fresh], val[fresh]
+
+        finite = np.isfinite(val)
+        negative = finite & (val < 0)
+        over = finite & (val > 100.0 + OVER_100_TOLERANCE)
+        dropped["non_finite"] += int((~finite).sum())
+        dropped["negative"] += int(negative.sum())
+        dropped["over_100"] += int(over.sum())
+        good = finite & ~negative & ~over
+        added = Columns(sid[good], ts[good], val[good])
+        if len(added):
+            np.maximum.at(self._newest, added.sid, added.ts)
+            self._cols = _merge(self._cols, added)
         return AddResult(added, dropped)
 
     def load(self, keys: list[tuple[str, Resource]], cols: Columns) -> None:
-        """Replace the content with samples recovered from the journal (time-ordered per series)."""
-        self.__init__()  # type: ignore[misc]
+        """Replace the content with samples recovered from the journal."""
+        self._keys, self._index = [], {}
+        self._newest = np.empty(0, np.float64)
+        self._cols = _empty_columns()
         remap = np.array([self.series_id(n, r) for n, r in keys] or [0], np.int64)
         sid = remap[cols.sid] if len(cols) else cols.sid
-        self._cols = Columns(sid, cols.ts, cols.val)
         if len(cols):
+            order = np.lexsort((cols.ts, sid))
+            self._cols = Columns(sid[order], cols.ts[order], cols.val[order])
             np.maximum.at(self._newest, sid, cols.ts)
 
     def trim(self, before: float) -> int:
@@ -139,11 +145,14 @@ class SampleStore:
         return n
 
 
-def _sorted_unique(ts: FloatArray, val: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """Sort by time and keep the last value of duplicate timestamps."""
-    if ts.shape[0] > 1 and not bool(np.all(ts[1:] > ts[:-1])):
-        order = np.argsort(ts, kind="stable")
-        ts, val = ts[order], val[order]
-        last = np.append(ts[1:] != ts[:-1], True)
-        ts, val = ts[last], val[last]
-    return ts, val
+def _merge(old: Columns, new: Columns) -> Columns:
+    """Insert ``new`` ((series, time)-ordered, each newer than its series' samples in
+    ``old``) into ``old`` keeping (series, time) order: each lands after its series' block."""
+    if len(old) == 0:
+        return new
+    at = np.searchsorted(old.sid, new.sid, side="right")
+    return Columns(
+        np.insert(old.sid, at, new.sid),
+        np.insert(old.ts, at, new.ts),
+        np.insert(old.val, at, new.val),
+    )

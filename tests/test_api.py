@@ -149,7 +149,8 @@ async def test_etag_304_and_gzip(served) -> None:
     assert gzip.decompress(await zipped.read()) == raw
     # The bytes are rendered once per cycle: the same object is served every time.
     assert engine.current is not None
-    assert engine.current.body(None, api.Format.DEFAULT).raw == raw
+    body = await engine.current.body(None, api.Format.DEFAULT)
+    assert body is not None and body.raw == raw
     # A new cycle with new data gives a new ETag.
     await engine.cycle(time.time() + 20)
     changed = await client.get("/watcher", headers={"If-None-Match": etag})

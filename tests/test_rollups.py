@@ -110,3 +110,70 @@ def test_store_drops_bad_values_and_duplicates() -> None:
 
 def test_window_bounds_are_whole_seconds() -> None:
     assert rollups.window_bounds(1000.9, W15) == (100, 1000)
+
+
+@settings(max_examples=100, deadline=None)
+@given(series_strategy, st.integers(0, 2100))
+def test_all_windows_at_once_equal_each_window_alone(raw, end: int) -> None:
+    store = SampleStore()
+    for i, points in enumerate(raw):
+        by_ts = dict(points)
+        ts = np.array(sorted(by_ts), dtype=np.float64)
+        store.add([Series(f"n{i}", Resource.CPU, ts, np.array([by_ts[int(t)] for t in ts]))])
+    together = rollups.compute_windows(store.columns, len(store.keys), WINDOWS, end)
+    for window in WINDOWS:
+        alone = rollups.compute(store.columns, len(store.keys), window, end)
+        assert together[window.name].sids.tolist() == alone.sids.tolist()
+        for op, values in alone.values.items():
+            assert together[window.name].values[op].tolist() == values.tolist()
+
+
+batches = st.lists(
+    st.lists(
+        st.tuples(
+            st.integers(0, 4),
+            st.lists(st.tuples(st.integers(0, 300), st.floats(0, 100)), max_size=6),
+        ),
+        max_size=4,
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches, st.integers(0, 300))
+def test_store_keeps_series_time_order_and_the_newest_value(adds, trim_at: int) -> None:
+    """Against a model: per series, every timestamp newer than what was held, last value wins."""
+    store = SampleStore()
+    model: dict[int, dict[float, float]] = {}
+    for batch in adds:
+        newest = {k: max(v) for k, v in model.items() if v}
+        accepted: dict[int, dict[float, float]] = {}
+        for node, points in batch:
+            for t, v in points:
+                if t > newest.get(node, -1):
+                    accepted.setdefault(node, {})[float(t)] = v
+        for node, pts in accepted.items():
+            model.setdefault(node, {}).update(pts)
+        store.add(
+            [
+                Series(
+                    f"n{node}",
+                    Resource.CPU,
+                    np.array([float(t) for t, _ in points]),
+                    np.array([v for _, v in points]),
+                )
+                for node, points in batch
+            ]
+        )
+    store.trim(trim_at)
+    cols = store.columns
+    pairs = list(zip(cols.sid.tolist(), cols.ts.tolist(), strict=True))
+    assert pairs == sorted(pairs) and len(set(pairs)) == len(pairs)
+    got: dict[int, dict[float, float]] = {}
+    for sid, t, v in zip(cols.sid.tolist(), cols.ts.tolist(), cols.val.tolist(), strict=True):
+        node = int(store.keys[sid][0][1:])
+        got.setdefault(node, {})[t] = v
+    expected = {node: {t: v for t, v in pts.items() if t >= trim_at} for node, pts in model.items()}
+    assert got == {node: pts for node, pts in expected.items() if pts}
