@@ -132,16 +132,16 @@ def parse_matrix(
 
 
 def _points(values: list[Any], query: str) -> tuple[np.ndarray, np.ndarray]:
-    ts = np.empty(len(values), np.float64)
-    val = np.empty(len(values), np.float64)
+    """``[[ts, "value"], ...]`` -> two float arrays (numpy parses the value strings in C)."""
     try:
-        for i, (t, v) in enumerate(values):
-            ts[i] = float(t)
-            val[i] = float(v)
-    except (TypeError, ValueError) as exc:
+        ts = np.array([p[0] for p in values], dtype=np.float64)
+        val = np.array([p[1] for p in values], dtype=np.float64)
+    except (TypeError, ValueError, KeyError, IndexError) as exc:
         raise ProviderError(
             ProviderErrorKind.BAD_RESPONSE, f"malformed sample: {exc}", query=query
         ) from exc
+    if ts.ndim != 1 or val.ndim != 1:
+        raise ProviderError(ProviderErrorKind.BAD_RESPONSE, "malformed sample", query=query)
     return ts, val
 
 
