@@ -67,6 +67,7 @@ async def test_prometheus_parity_every_window_and_operator(prometheus_factory) -
     snap = engine.current.snapshot
     nodes = node_names(history)
     compared = 0
+    worst = 0.0
     for window in ("5m", "10m", "15m"):
         doc = render.document(snap, window, Format.DEFAULT)
         w = doc["window"]
@@ -81,6 +82,7 @@ async def test_prometheus_parity_every_window_and_operator(prometheus_factory) -
                 assert set(expected) == nodes
                 for node, value in expected.items():
                     got = served(doc, node, wire_type, operator)
+                    worst = max(worst, abs(got - value))
                     assert got == pytest.approx(value, abs=TOLERANCE), (
                         window,
                         wire_type,
@@ -89,6 +91,7 @@ async def test_prometheus_parity_every_window_and_operator(prometheus_factory) -
                     )
                     compared += 1
     assert compared == 3 * 2 * len(PROMQL) * 40
+    print(f"Prometheus parity: {compared} values, max |service - Prometheus| = {worst:.3g}")
 
 
 async def test_prometheus_parity_with_sample_on_window_start(prometheus_factory) -> None:
@@ -123,6 +126,7 @@ async def test_victoria_metrics_parity_avg(victoria_metrics_factory) -> None:
         await engine.close()
     assert engine.current is not None
     assert engine.provider_status.ok, engine.provider_status.error
+    worst, compared = 0.0, 0
     for window in ("5m", "15m"):
         doc = render.document(engine.current.snapshot, window, Format.DEFAULT)
         at = doc["window"]["end"]
@@ -130,4 +134,8 @@ async def test_victoria_metrics_parity_avg(victoria_metrics_factory) -> None:
             expected = oracle(vm.url, f"avg_over_time({metric}[{window}]) * 100", at)
             assert set(expected) == node_names(history)
             for node, value in expected.items():
-                assert served(doc, node, wire_type, "AVG") == pytest.approx(value, abs=TOLERANCE)
+                got = served(doc, node, wire_type, "AVG")
+                worst, compared = max(worst, abs(got - value)), compared + 1
+                assert got == pytest.approx(value, abs=TOLERANCE)
+    assert compared == 2 * 2 * 20
+    print(f"VictoriaMetrics parity: {compared} AVG values, max |diff| = {worst:.3g}")
