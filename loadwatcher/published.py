@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import gzip
 import hashlib
+import struct
 import threading
 from dataclasses import dataclass, field
 
-from loadwatcher import render
+from loadwatcher import render, snapshot
 from loadwatcher.render import Format
 from loadwatcher.snapshot import Snapshot
 
@@ -97,4 +98,46 @@ def publish(snapshot: Snapshot) -> Published:
     """Render the default body (CPU work: run it in a worker thread)."""
     pub = Published(snapshot)
     pub.body_now(pub.key(None, Format.DEFAULT))
+    return pub
+
+
+# Journal form: the snapshot, plus the default body already compressed, so that a restart
+# serves its first answer without rendering (~0.2 s at 5,000 nodes):
+#   MAGIC | u32 len(snapshot) | u32 len(etag) | snapshot | etag | gzip body
+_MAGIC = b"LWP1"
+_HEADER = struct.Struct("<4sII")
+
+
+def to_journal(pub: Published) -> bytes:
+    """The journal blob of a published snapshot (the default body included when rendered)."""
+    snap = snapshot.to_bytes(pub.snapshot)
+    hit, body = pub.cached(pub.key(None, Format.DEFAULT))
+    if not hit or body is None:
+        return _HEADER.pack(_MAGIC, len(snap), 0) + snap
+    etag = body.etag.encode()
+    return _HEADER.pack(_MAGIC, len(snap), len(etag)) + snap + etag + body.gz
+
+
+def from_journal(blob: bytes) -> Published:
+    """Inverse of ``to_journal``; also reads a bare snapshot (older journals).
+
+    Raises ValueError when the blob is neither.
+    """
+    if not blob.startswith(_MAGIC):
+        return Published(snapshot.from_bytes(blob))
+    if len(blob) < _HEADER.size:
+        raise ValueError("journal snapshot blob is truncated")
+    _, n_snap, n_etag = _HEADER.unpack_from(blob)
+    start = _HEADER.size
+    if len(blob) < start + n_snap + n_etag:
+        raise ValueError("journal snapshot blob is truncated")
+    pub = Published(snapshot.from_bytes(blob[start : start + n_snap]))
+    if n_etag:
+        etag = blob[start + n_snap : start + n_snap + n_etag].decode()
+        gz = blob[start + n_snap + n_etag :]
+        try:
+            raw = gzip.decompress(gz)
+        except (OSError, EOFError) as exc:
+            raise ValueError(f"journal default body is corrupt: {exc}") from exc
+        pub._bodies[pub.key(None, Format.DEFAULT)] = Body(raw, gz, etag)
     return pub
