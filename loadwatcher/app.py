@@ -25,6 +25,11 @@ log = logging.getLogger("loadwatcher")
 
 SHUTDOWN_GRACE_S = 10.0
 TLS_RELOAD_CHECK_S = 30.0
+# Connections the kernel queues until the loop accepts them. aiohttp's default (128)
+# overflows when hundreds of clients connect at once: the kernel then drops their
+# handshakes and they retry after 1, 3, 7 s (measured with 500 clients: p99 7 s and
+# requests timing out). Linux caps it at net.core.somaxconn (4096 by default).
+LISTEN_BACKLOG = 1024
 
 
 async def _reload_tls(tls: TlsReloader, stop: asyncio.Event) -> None:
@@ -77,6 +82,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             server.port,
             reuse_address=True,
             ssl_context=tls.context if tls else None,
+            backlog=LISTEN_BACKLOG,
         )
         await site.start()
         log.info(

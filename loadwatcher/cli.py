@@ -8,7 +8,7 @@ import logging
 import os
 import ssl
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
@@ -79,17 +79,6 @@ def _config_table(args: argparse.Namespace) -> int:
     return 0
 
 
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop where it is installed (Linux, macOS): about twice the requests/s of the
-    standard loop on the same aiohttp server; the standard loop elsewhere."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
-    return factory
-
-
 def _serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     logging.basicConfig(
@@ -99,8 +88,7 @@ def _serve(args: argparse.Namespace) -> int:
     from loadwatcher import app  # imported late: `config check` need not load aiohttp
 
     try:
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(app.serve(settings))
+        asyncio.run(app.serve(settings))
     except ssl.SSLError as exc:
         print(f"loadwatcher: bad configuration: server.tls_cert_file: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -539,6 +539,10 @@ def _flatten_yaml(text: str, source: str) -> dict[str, Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(source, f"not valid YAML{where}") from exc
+    except ValueError as exc:  # PyYAML builds dates itself: "2001-13-45" raises ValueError
+        raise ConfigError(source, f"not valid YAML: {exc}") from exc
+    except RecursionError as exc:
+        raise ConfigError(source, "not valid YAML: nested too deeply") from exc
     if doc is None:
         return {}
     if not isinstance(doc, dict):
@@ -547,18 +551,26 @@ def _flatten_yaml(text: str, source: str) -> dict[str, Any]:
     for section, body in doc.items():
         if section not in _SECTIONS:
             raise ConfigError(
-                str(section), f"unknown section; expected one of {', '.join(_SECTIONS)}"
+                _name(section), f"unknown section; expected one of {', '.join(_SECTIONS)}"
             )
         if not isinstance(body, dict):
             raise ConfigError(str(section), "must be a mapping")
         for name, value in body.items():
             key = f"{section}.{name}"
             if key not in SPECS_BY_KEY:
-                raise ConfigError(key, "unknown setting")
+                raise ConfigError(f"{section}.{_name(name)}", "unknown setting")
             if isinstance(value, (dict, list)):
                 raise ConfigError(key, "must be a scalar value")
             flat[key] = value
     return flat
+
+
+def _name(key: Any) -> str:
+    """A YAML key as it can be shown in a one-line message (empty or odd keys quoted)."""
+    text = str(key)
+    if not text or not text.isprintable() or len(text) > 60:
+        return repr(text[:60])
+    return text
 
 
 def _as_text(value: Any) -> str:
@@ -622,19 +634,19 @@ def _check(settings: Settings) -> None:
             "provider.address",
             f"required for provider {provider.name!r} (METRICS_PROVIDER_ADDRESS)",
         )
-    if provider.token_file and not Path(provider.token_file).is_file():
-        raise ConfigError("provider.token_file", f"no such file: {provider.token_file}")
-    if provider.ca_file and not Path(provider.ca_file).is_file():
-        raise ConfigError("provider.ca_file", f"no such file: {provider.ca_file}")
+    if provider.token_file:
+        _require_file("provider.token_file", provider.token_file)
+    if provider.ca_file:
+        _require_file("provider.ca_file", provider.ca_file)
     server = settings.server
-    if server.auth_token_file and not Path(server.auth_token_file).is_file():
-        raise ConfigError("server.auth_token_file", f"no such file: {server.auth_token_file}")
+    if server.auth_token_file:
+        _require_file("server.auth_token_file", server.auth_token_file)
     if bool(server.tls_cert_file) != bool(server.tls_key_file):
         raise ConfigError("server.tls_key_file", "set both TLS files, or neither")
     for key in ("tls_cert_file", "tls_key_file"):
         path = getattr(server, key)
-        if path and not Path(path).is_file():
-            raise ConfigError(f"server.{key}", f"no such file: {path}")
+        if path:
+            _require_file(f"server.{key}", path)
     if settings.log.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise ConfigError("log.level", f"unknown level {settings.log.level!r}")
     if settings.journal.retention_s < 900:
@@ -645,8 +657,23 @@ def _check(settings: Settings) -> None:
     if second.name and second.name not in ("host", "metrics-server") and not second.address:
         raise ConfigError("corroborate.address", f"required for provider {second.name!r}")
     kubeconfig = settings.kube.config
-    if provider.name == "metrics-server" and kubeconfig and not Path(kubeconfig).is_file():
-        raise ConfigError("kube.config", f"no such file: {settings.kube.config} (KUBE_CONFIG)")
+    if provider.name == "metrics-server" and kubeconfig:
+        _require_file("kube.config", kubeconfig, " (KUBE_CONFIG)")
+
+
+def _shown(path: str) -> str:
+    return path if len(path) <= 200 else path[:200] + "..."
+
+
+def _require_file(setting: str, path: str, note: str = "") -> None:
+    """The setting must name an existing file; paths the OS refuses are reported too."""
+    try:
+        found = Path(path).is_file()
+    except (OSError, ValueError) as exc:  # "File name too long", an embedded NUL byte
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise ConfigError(setting, f"unusable path ({reason}): {_shown(path)}{note}") from None
+    if not found:
+        raise ConfigError(setting, f"no such file: {_shown(path)}{note}")
 
 
 def _check_influxdb(influx: InfluxDBSettings) -> None:
@@ -665,7 +692,10 @@ def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> 
         try:
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
-            raise ConfigError("--config", f"cannot read {path}: {exc.strerror}") from exc
+            reason = exc.strerror or str(exc)
+            raise ConfigError("--config", f"cannot read {_shown(path)}: {reason}") from exc
+        except ValueError as exc:  # not UTF-8 text, or a NUL byte in the path
+            raise ConfigError("--config", f"cannot read {_shown(path)}: {exc}") from exc
     return resolve(text, env, flags, yaml_source=path or "config")
 
 

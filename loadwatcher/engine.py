@@ -4,6 +4,14 @@
 it every ``poll.interval_s`` (minus the time the cycle took) until ``stop`` is set. Cycles
 never overlap. CPU-heavy work (rollups, rendering) runs in a worker thread so the event
 loop keeps answering requests.
+
+Persistence never stops the service: when a journal write fails (disk full, read-only, I/O
+error) the cycle is still published, the failure shows in health, and the samples of that
+cycle are kept and written by the next write that succeeds (bounded by the retention), so
+nothing fetched while the disk was in trouble is missing from the file once it is back. A
+journal that could not be opened at start is opened again at each cycle until it works.
+A cycle cancelled at shutdown is abandoned, but never in the middle of its journal
+transaction.
 """
 
 from __future__ import annotations
@@ -16,7 +24,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from loadwatcher import analysis, corroboration, health, published, rollups, snapshot
+import numpy as np
+
+from loadwatcher import analysis, corroboration, health, memory, published, rollups, snapshot
 from loadwatcher.analysis import Quality
 from loadwatcher.errors import JournalError, ProviderError
 from loadwatcher.journal import Journal
@@ -24,7 +34,7 @@ from loadwatcher.model import WINDOWS, Resource
 from loadwatcher.providers.base import Provider
 from loadwatcher.published import Published
 from loadwatcher.selfmetrics import SelfMetrics, State
-from loadwatcher.store import AddResult, SampleStore
+from loadwatcher.store import AddResult, Columns, SampleStore
 
 log = logging.getLogger("loadwatcher.engine")
 
@@ -76,6 +86,8 @@ class Engine:
         self.second = second
         self.second_store = SampleStore()
         self.second_error: str | None = None
+        # Samples fetched but not yet in the journal (its last writes failed), by store id.
+        self._unpersisted = _no_samples()
 
     # -- start-up ---------------------------------------------------------------------
 
@@ -84,22 +96,17 @@ class Engine:
         if self.journal is None:
             return
         try:
-            report = await self.journal.open()
-            self.journal_status.quarantined = report.quarantined
-            if report.quarantined:
-                log.error(
-                    "journal %s was corrupt; moved aside to %s and started a new one",
-                    self.journal.path,
-                    report.quarantined,
-                )
+            await self._open_journal()
             body = await self.journal.load_snapshot()
             if body is not None:
                 try:
-                    snap = snapshot.from_bytes(body)
+                    # The journal holds the default body already rendered: no rendering here.
+                    pub = await asyncio.to_thread(published.from_journal, body)
                 except ValueError as exc:
                     log.warning("journal snapshot unreadable, ignoring it: %s", exc)
                 else:
-                    self.current = await asyncio.to_thread(published.publish, snap)
+                    self.current = pub
+                    snap = pub.snapshot
                     self.node_info = dict(snap.node_info)
                     log.info(
                         "serving the journal's snapshot from %.0f s ago (%d nodes)",
@@ -114,9 +121,20 @@ class Engine:
                 len(recovered.keys),
             )
         except JournalError as exc:
+            # Serve from memory; each cycle tries to open the journal again (see _persist).
             self._journal_failed(exc)
             await self.journal.close()
-            self.journal = None
+
+    async def _open_journal(self) -> None:
+        assert self.journal is not None
+        report = await self.journal.open()
+        self.journal_status.quarantined = report.quarantined
+        if report.quarantined:
+            log.error(
+                "journal %s was corrupt; moved aside to %s and started a new one",
+                self.journal.path,
+                report.quarantined,
+            )
 
     # -- one cycle --------------------------------------------------------------------
 
@@ -153,7 +171,14 @@ class Engine:
         if result.known_nodes:
             self.known_nodes = result.known_nodes
         pub = await asyncio.to_thread(self._compute, now)
-        await self._persist(added, pub, now)
+        persist = asyncio.ensure_future(self._persist(added.added, pub, now))
+        try:
+            await asyncio.shield(persist)
+        except asyncio.CancelledError:
+            # Shutdown gave up on this cycle: let its transaction finish (milliseconds)
+            # rather than cut it half-way, then abandon the cycle.
+            await persist
+            raise
         self.current = pub
         self._log_quality()
         self._log_health(now)
@@ -207,7 +232,9 @@ class Engine:
             self.report.tags,
             dict(self.node_info),
         )
-        return published.publish(snap)
+        pub = published.publish(snap)
+        memory.trim()
+        return pub
 
     async def _retag(self, now: float) -> None:
         """Provider outage: keep the last rollups and their time, refresh the quality tags."""
@@ -218,22 +245,45 @@ class Engine:
         self.current = await asyncio.to_thread(published.publish, snap)
         self._log_quality()
 
-    async def _persist(self, added: AddResult, pub: Published, now: float) -> None:
+    async def _persist(self, added: Columns, pub: Published, now: float) -> None:
+        """Write this cycle, and whatever earlier failed writes left, in one transaction."""
         if self.journal is None:
             return
+        trim_before = now - self.options.retention_s
+        pending = self._pending(added, trim_before)
         try:
-            body = await asyncio.to_thread(snapshot.to_bytes, pub.snapshot)
+            if not self.journal.is_open:
+                await self._open_journal()  # it failed at start; the disk may be back
+            body = await asyncio.to_thread(published.to_journal, pub)
             started = time.perf_counter()
             await self.journal.write_cycle(
-                list(self.store.keys), added.added, now - self.options.retention_s, body, now
+                list(self.store.keys), pending, trim_before, body, pub.snapshot.taken_at
             )
         except JournalError as exc:
+            self._unpersisted = pending
             self._journal_failed(exc)
             return
+        self._unpersisted = _no_samples()
         self.metrics.journal_write.observe(time.perf_counter() - started)
         if not self.journal_status.ok:
-            log.info("journal %s writable again; persistence resumed", self.journal.path)
+            log.info(
+                "journal %s writable again; persistence resumed (%d samples caught up)",
+                self.journal.path,
+                len(pending) - len(added),
+            )
         self.journal_status.ok, self.journal_status.error = True, None
+
+    def _pending(self, added: Columns, trim_before: float) -> Columns:
+        """This cycle's samples plus those earlier writes failed to persist, in retention."""
+        if len(self._unpersisted) == 0:
+            return added
+        old = self._unpersisted
+        keep = old.ts >= trim_before
+        return Columns(
+            np.concatenate((old.sid[keep], added.sid)),
+            np.concatenate((old.ts[keep], added.ts)),
+            np.concatenate((old.val[keep], added.val)),
+        )
 
     def _journal_failed(self, exc: JournalError) -> None:
         self.metrics.journal_errors.inc()
@@ -313,13 +363,20 @@ class Engine:
                 await asyncio.wait_for(stop.wait(), timeout=delay)
 
     async def close(self) -> None:
-        """Flush and close the journal and the provider."""
+        """Flush (samples a failed write left behind) and close the journal, then the provider."""
         if self.journal is not None:
-            try:
-                await self.journal.checkpoint()
-            except JournalError as exc:
-                log.warning("%s", exc)
+            if len(self._unpersisted) and self.current is not None and self.journal.is_open:
+                await self._persist(_no_samples(), self.current, self.clock())
+            if self.journal.is_open:
+                try:
+                    await self.journal.checkpoint()
+                except JournalError as exc:
+                    log.warning("%s", exc)
             await self.journal.close()
         await self.provider.close()
         if self.second is not None:
             await self.second.close()
+
+
+def _no_samples() -> Columns:
+    return Columns(np.empty(0, np.int64), np.empty(0, np.float64), np.empty(0, np.float64))

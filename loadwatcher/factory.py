@@ -1,4 +1,9 @@
-"""Build the provider that the settings name (the only place that knows every provider)."""
+"""Build the provider that the settings name (the only place that knows every provider).
+
+The Flux and metrics-server providers are imported only when chosen: their client
+libraries (influxdb-client, kubernetes_asyncio) take ~0.5 s to import, and every start of
+the service pays for what this module imports before it can serve its journal's snapshot.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,6 @@ from loadwatcher.config import Settings
 from loadwatcher.errors import ConfigError
 from loadwatcher.model import Resource
 from loadwatcher.providers.base import Provider
-from loadwatcher.providers.flux import FluxBackend
 from loadwatcher.providers.host import HostProvider
 from loadwatcher.providers.http import HttpSettings
 from loadwatcher.providers.influxdb import (
@@ -19,8 +23,6 @@ from loadwatcher.providers.influxdb import (
     parse_tag_filter,
 )
 from loadwatcher.providers.influxql import InfluxQLBackend
-from loadwatcher.providers.kube import KubeAccess, KubeClient
-from loadwatcher.providers.metrics_server import MetricsServerOptions, MetricsServerProvider
 from loadwatcher.providers.prometheus import PrometheusOptions, PrometheusProvider, Query
 
 
@@ -76,6 +78,12 @@ def build_provider(settings: Settings) -> Provider:
     if name == "influxdb":
         return influxdb_provider(settings)
     if name == "metrics-server":
+        from loadwatcher.providers.kube import KubeAccess, KubeClient
+        from loadwatcher.providers.metrics_server import (
+            MetricsServerOptions,
+            MetricsServerProvider,
+        )
+
         kube = settings.kube
         access = KubeAccess(
             kubeconfig=kube.config,
@@ -104,6 +112,8 @@ def influxdb_provider(settings: Settings) -> InfluxDBProvider:
     influx = settings.influxdb
     backend: Backend
     if influx.query_language == "flux":
+        from loadwatcher.providers.flux import FluxBackend
+
         backend = FluxBackend(http_settings(settings), influx.database, influx.org)
     else:
         backend = InfluxQLBackend(

@@ -4,9 +4,16 @@ WAL mode, one connection (one writer), one transaction per cycle. ``synchronous=
 is enough: in WAL mode a killed process never loses a committed transaction (only a power
 loss can lose the last ones), and the file is never corrupted.
 
-Series ids in the file are the store's series ids (both are assigned in first-seen order
-and the store is loaded from the file at start), so samples are written as plain
-``(series, ts, value)`` triples.
+Series ids in the file are normally the store's series ids (both are assigned in
+first-seen order and the store is loaded from the file at start). The journal still keeps
+the store-id -> file-id map explicitly (one small array, one ``take`` per write), so that a
+journal opened late -- the disk was read-only or full at start and came back -- can write
+into a file that already holds series of an earlier run without mixing them up.
+
+A failed write (disk full, read-only, I/O error) rolls back only if a transaction is still
+open (SQLite may already have rolled it back itself), never masks the original error, and
+leaves the connection usable: the next write simply tries again. The engine keeps the
+samples of failed writes and hands them to the next write (see ``Engine._persist``).
 
 The file is created owner-only (0600). A file that is not a database, or fails its
 integrity check, is moved aside (``<name>.corrupt-<unix time>``) and a new one started:
@@ -66,29 +73,56 @@ class Journal:
     def __init__(self, path: str) -> None:
         self.path = path
         self._db: aiosqlite.Connection | None = None
-        self._known_series = 0
+        # File series id of each store series id (index = store id), and every series the
+        # file holds, by key, with the next free id.
+        self._file_ids: list[int] = []
+        self._lookup = np.empty(0, np.int64)
+        self._ids_by_key: dict[tuple[str, Resource], int] = {}
+        self._next_id = 0
+
+    @property
+    def is_open(self) -> bool:
+        return self._db is not None
 
     async def open(self) -> OpenReport:
         """Open (creating owner-only), check, and prepare the schema."""
         quarantined = None
         try:
-            await self._connect()
-            await self._check()
-        except sqlite3.DatabaseError as exc:
-            await self._close_quietly()
-            if isinstance(exc, sqlite3.OperationalError) and not _is_corruption(exc):
-                raise JournalError(f"cannot open journal {self.path}: {exc}") from exc
-            quarantined = self._quarantine()
             try:
                 await self._connect()
                 await self._check()
-            except sqlite3.Error as exc2:
+            except sqlite3.DatabaseError as exc:
                 await self._close_quietly()
-                raise JournalError(f"cannot create journal {self.path}: {exc2}") from exc2
-        except OSError as exc:
+                if isinstance(exc, sqlite3.OperationalError) and not _is_corruption(exc):
+                    raise JournalError(f"cannot open journal {self.path}: {exc}") from exc
+                quarantined = self._quarantine()
+                try:
+                    await self._connect()
+                    await self._check()
+                except sqlite3.Error as exc2:
+                    raise JournalError(f"cannot create journal {self.path}: {exc2}") from exc2
+            await self._read_series()
+        except JournalError:
             await self._close_quietly()
-            raise JournalError(f"cannot open journal {self.path}: {exc.strerror}") from exc
+            raise
+        except OSError as exc:  # also from the quarantine's rename (read-only directory)
+            await self._close_quietly()
+            reason = exc.strerror or str(exc)
+            raise JournalError(f"cannot open journal {self.path}: {reason}") from exc
+        except sqlite3.Error as exc:
+            await self._close_quietly()
+            raise JournalError(f"cannot read journal {self.path}: {exc}") from exc
         return OpenReport(quarantined)
+
+    async def _read_series(self) -> None:
+        async with self._conn().execute("SELECT id, node, resource FROM series") as cur:
+            rows = list(await cur.fetchall())
+        self._ids_by_key = {}
+        for r in rows:
+            with contextlib.suppress(ValueError):  # a resource this version does not know
+                self._ids_by_key[(str(r[1]), Resource(str(r[2])))] = int(r[0])
+        self._next_id = max((int(r[0]) for r in rows), default=-1) + 1
+        self._set_file_ids([])
 
     async def _connect(self) -> None:
         path = Path(self.path)
@@ -151,7 +185,7 @@ class Journal:
         except sqlite3.Error as exc:
             raise JournalError(f"cannot read samples from {self.path}: {exc}") from exc
         keys = [(str(r[1]), Resource(str(r[2]))) for r in rows]
-        self._known_series = len(keys)
+        self._set_file_ids([int(r[0]) for r in rows])  # store id i <-> rows[i]
         if samples:
             # Ids are dense 0..n-1 as written; map through a lookup anyway in case of gaps.
             ids = np.asarray([int(r[0]) for r in rows], np.int64)
@@ -172,10 +206,18 @@ class Journal:
         snapshot_body: bytes,
         taken_at: float,
     ) -> None:
-        """One transaction: new series, new samples, retention trim, the snapshot."""
+        """One transaction: new series, new samples, retention trim, the snapshot.
+
+        ``keys`` are the store's series (index = store id) and ``added.sid`` store ids.
+        Nothing is remembered of a write that fails: the next one retries the new series.
+        """
         db = self._conn()
-        new_series = [(i, n, str(r)) for i, (n, r) in enumerate(keys) if i >= self._known_series]
-        rows = list(zip(added.sid.tolist(), added.ts.tolist(), added.val.tolist(), strict=True))
+        file_ids, new_series, next_id = self._map_new(keys)
+        lookup = self._lookup if len(file_ids) == len(self._file_ids) else None
+        if lookup is None:
+            lookup = np.asarray(file_ids, np.int64)
+        sid = lookup[added.sid] if len(added) else added.sid
+        rows = list(zip(sid.tolist(), added.ts.tolist(), added.val.tolist(), strict=True))
         try:
             await db.execute("BEGIN IMMEDIATE")
             try:
@@ -195,11 +237,48 @@ class Journal:
                 )
                 await db.execute("COMMIT")
             except BaseException:
-                await db.execute("ROLLBACK")
+                await self._rollback()
                 raise
         except sqlite3.Error as exc:
             raise JournalError(f"cannot write journal {self.path}: {exc}") from exc
-        self._known_series = len(keys)
+        for fid, node, resource in new_series:
+            self._ids_by_key[(node, Resource(resource))] = fid
+        self._next_id = next_id
+        if lookup is not self._lookup:
+            self._set_file_ids(file_ids, lookup)
+
+    def _map_new(
+        self, keys: list[tuple[str, Resource]]
+    ) -> tuple[list[int], list[tuple[int, str, str]], int]:
+        """File ids for every store series; the rows of series the file does not hold yet."""
+        if len(keys) <= len(self._file_ids):
+            return self._file_ids, [], self._next_id
+        file_ids = list(self._file_ids)
+        new_series: list[tuple[int, str, str]] = []
+        next_id = self._next_id
+        for key in keys[len(file_ids) :]:
+            fid = self._ids_by_key.get(key)
+            if fid is None:
+                fid, next_id = next_id, next_id + 1
+                new_series.append((fid, key[0], str(key[1])))
+            file_ids.append(fid)
+        return file_ids, new_series, next_id
+
+    def _set_file_ids(self, file_ids: list[int], lookup: np.ndarray | None = None) -> None:
+        self._file_ids = file_ids
+        self._lookup = np.asarray(file_ids, np.int64) if lookup is None else lookup
+
+    async def _rollback(self) -> None:
+        """Undo a failed transaction; never let the ROLLBACK mask the error that caused it.
+
+        After SQLITE_FULL or an I/O error SQLite may already have rolled the transaction
+        back itself, and then ROLLBACK fails with "no transaction is active": that failure
+        is ignored so that the real cause ("database or disk is full") is what gets
+        reported. The ROLLBACK is always queued (aiosqlite runs statements in order), so a
+        write cancelled mid-way is undone too.
+        """
+        with contextlib.suppress(sqlite3.Error, ValueError):  # ValueError: connection closed
+            await self._conn().execute("ROLLBACK")
 
     async def checkpoint(self) -> None:
         """Fold the WAL into the main file (at shutdown)."""

@@ -93,7 +93,7 @@ def points_from_rows(rows: Iterable[tuple[Any, Any, Any]], query: str) -> Points
             ts, vals = by_host.setdefault(host, ([], []))
             ts.append(t)
             vals.append(np.nan if value is None else float(value))
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:  # Overflow: int beyond a float
         raise ProviderError(
             ProviderErrorKind.BAD_RESPONSE, f"malformed record: {exc}", query=query
         ) from exc
@@ -122,7 +122,10 @@ def _message(body: Any) -> str:
 
 
 def _api_error(exc: ApiException, address: str, bucket: str, query: str) -> ProviderError:
-    status = int(getattr(exc, "status", 0) or 0)
+    try:
+        status = int(getattr(exc, "status", 0) or 0)
+    except (TypeError, ValueError):
+        status = 0
     message = _message(getattr(exc, "body", None)) or str(getattr(exc, "reason", "") or exc)
     url = f"{address}/api/v2/query"
     if status in (401, 403):

@@ -128,10 +128,16 @@ def points_by_host(series: list[dict[str, Any]], host_tag: str, query: str) -> P
             val = np.array(
                 [np.nan if row[1] is None else row[1] for row in values], dtype=np.float64
             )
-        except (TypeError, ValueError, IndexError, OverflowError) as exc:
+        except (TypeError, ValueError, IndexError, KeyError, OverflowError) as exc:
             raise ProviderError(
                 ProviderErrorKind.BAD_RESPONSE, f"malformed point: {exc}", query=query
             ) from exc
+        if ns.ndim != 1 or val.ndim != 1:  # rows of lists, e.g. [[t1, t2], v]
+            raise ProviderError(
+                ProviderErrorKind.BAD_RESPONSE,
+                "malformed point: expected [time, value] rows",
+                query=query,
+            )
         parts.setdefault(host, []).append((ns_to_seconds(ns), val))
     points: Points = {}
     for host, chunks in parts.items():

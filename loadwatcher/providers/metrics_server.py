@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,10 +126,18 @@ def parse_node_metrics(items: list[dict[str, Any]]) -> dict[str, NodeUsage]:
 
 
 def percent(usage: Quantity, total: Quantity) -> float | None:
-    """``usage / total × 100`` computed exactly, or None when ``total`` is not positive."""
+    """``usage / total × 100`` computed exactly, or None when ``total`` is not positive.
+
+    A ratio beyond a float's range (usage ``1e400``) is ±inf, which the store drops and
+    counts as a bad sample.
+    """
     if total.exact <= 0:
         return None
-    return float(usage.exact * 100 / total.exact)
+    ratio = usage.exact * 100 / total.exact
+    try:
+        return float(ratio)
+    except OverflowError:
+        return math.inf if ratio > 0 else -math.inf
 
 
 def _names(names: list[str]) -> str:

@@ -1,0 +1,250 @@
+"""How the engine and the app handle journal failures and shutdown, driven in-process.
+
+A scripted provider stands in for the backend so that every cycle's time and samples are
+exact; the journal is the real SQLite one. The same behaviours are exercised end to end
+against the real process and Prometheus in test_faults.py and test_kill_loop.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from backends import free_port
+
+from loadwatcher import app, config
+from loadwatcher.engine import Engine, EngineOptions
+from loadwatcher.errors import JournalError
+from loadwatcher.journal import Journal
+from loadwatcher.model import FetchResult, Resource, Series
+
+T0 = 1_700_000_000.0
+NAMES = {Resource.CPU: "cpu", Resource.MEMORY: "memory"}
+
+
+def value(node: str, ts: float) -> float:
+    """A value that tells which node and time a sample belongs to."""
+    return float(sum(map(ord, node)) % 50) + (ts - T0) % 1000 / 100
+
+
+class Scripted:
+    """One sample per node and resource at ``now``, optionally after ``delay_s``."""
+
+    source = "Prometheus"
+
+    def __init__(self, nodes: list[str]) -> None:
+        self.nodes = nodes
+        self.delay_s = 0.0
+        self.fetching = asyncio.Event()
+        self.closed = False
+
+    async def fetch(self, now: float, since: float | None) -> FetchResult:
+        self.fetching.set()
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        ts = np.array([now])
+        series = [
+            Series(n, r, ts, np.array([value(n, now)]))
+            for n in self.nodes
+            for r in Resource
+            if r in NAMES
+        ]
+        return FetchResult(series=series, known_nodes=frozenset(self.nodes))
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def engine(db: Path, nodes: list[str], poll_interval_s: float = 15.0) -> Engine:
+    options = EngineOptions(poll_interval_s=poll_interval_s, retention_s=1020.0)
+    return Engine(Scripted(nodes), Journal(str(db)), options, NAMES, clock=time.time)
+
+
+def in_file(db: Path) -> dict[tuple[str, str], dict[float, float]]:
+    """``{(node, resource): {ts: value}}`` as committed in the journal."""
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        rows = conn.execute(
+            "SELECT s.node, s.resource, x.ts, x.value FROM samples x JOIN series s"
+            " ON s.id = x.series"
+        ).fetchall()
+    out: dict[tuple[str, str], dict[float, float]] = {}
+    for node, resource, ts, val in rows:
+        out.setdefault((node, resource), {})[ts] = val
+    return out
+
+
+def times(db: Path, node: str = "a") -> set[float]:
+    return set(in_file(db).get((node, "cpu"), {}))
+
+
+async def test_samples_of_failed_writes_are_written_by_the_next_good_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "lw.db"
+    e = engine(db, ["a", "b"])
+    await e.recover()
+    assert e.journal is not None
+    await e.cycle(T0)
+    real = e.journal.write_cycle
+
+    async def full(*args: Any, **kwargs: Any) -> None:
+        raise JournalError(f"cannot write journal {db}: database or disk is full")
+
+    monkeypatch.setattr(e.journal, "write_cycle", full)
+    await e.cycle(T0 + 15)
+    await e.cycle(T0 + 30)
+    assert e.current is not None and e.current.snapshot.taken_at == T0 + 30  # still published
+    verdict = e.health(T0 + 30)
+    assert not verdict.healthy and verdict.body["journal"]["ok"] is False
+    assert "disk is full" in verdict.body["journal"]["error"]
+    assert times(db) == {T0}
+
+    monkeypatch.setattr(e.journal, "write_cycle", real)
+    await e.cycle(T0 + 45)
+    assert times(db) == {T0, T0 + 15, T0 + 30, T0 + 45}
+    assert in_file(db)[("b", "memory")][T0 + 15] == value("b", T0 + 15)
+    assert e.health(T0 + 45).body["journal"]["ok"] is True
+    await e.close()
+
+
+async def test_samples_kept_for_the_journal_are_bounded_by_the_retention(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "lw.db"
+    e = engine(db, ["a"])
+    await e.recover()
+    assert e.journal is not None
+    await e.cycle(T0)
+    real = e.journal.write_cycle
+
+    async def broken(*args: Any, **kwargs: Any) -> None:
+        raise JournalError("cannot write journal: disk I/O error")
+
+    monkeypatch.setattr(e.journal, "write_cycle", broken)
+    for k in range(1, 90):  # 22 minutes of failed writes
+        await e.cycle(T0 + 15 * k)
+    monkeypatch.setattr(e.journal, "write_cycle", real)
+    now = T0 + 15 * 90
+    await e.cycle(now)
+    held = times(db)
+    assert held == {T0 + 15 * k for k in range(90) if T0 + 15 * k >= now - 1020} | {now}
+    assert len(held) == len(e.store.columns) // 2  # the file holds what the store holds
+    await e.close()
+
+
+async def test_a_cancelled_cycle_never_cuts_its_journal_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "lw.db"
+    e = engine(db, ["a", "b"])
+    await e.recover()
+    assert e.journal is not None
+    await e.cycle(T0)
+    real = e.journal.write_cycle
+    entered = asyncio.Event()
+
+    async def observed(*args: Any, **kwargs: Any) -> None:
+        entered.set()
+        await real(*args, **kwargs)
+
+    monkeypatch.setattr(e.journal, "write_cycle", observed)
+    task = asyncio.create_task(e.cycle(T0 + 15))
+    await entered.wait()
+    task.cancel()  # what the app does when a cycle outlasts the shutdown grace
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert times(db) == {T0, T0 + 15}  # committed whole, not rolled back half-way
+    await e.cycle(T0 + 30)  # and the journal is not left inside a transaction
+    assert times(db) == {T0, T0 + 15, T0 + 30}
+    await e.close()
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+async def test_journal_opened_late_keeps_series_of_an_earlier_run_apart(tmp_path: Path) -> None:
+    db = tmp_path / "lw.db"
+    first = engine(db, ["a", "b"])
+    await first.recover()
+    await first.cycle(T0)
+    await first.close()
+
+    # The disk was unusable at start: the journal opens only at the first write, after
+    # the store numbered its series in another order ("c" first, "a" second).
+    second = engine(db, ["c", "a"])
+    await second.cycle(T0 + 15)
+    assert second.journal is not None and second.journal.is_open
+    await second.cycle(T0 + 30)
+    await second.close()
+    got = in_file(db)
+    assert set(got[("c", "cpu")]) == {T0 + 15, T0 + 30}
+    assert got[("c", "cpu")][T0 + 30] == value("c", T0 + 30)
+    assert set(got[("a", "cpu")]) == {T0, T0 + 15, T0 + 30}
+    assert got[("a", "cpu")][T0 + 15] == value("a", T0 + 15)
+    assert set(got[("b", "cpu")]) == {T0}
+
+    third = engine(db, ["a", "b", "c"])  # a normal restart reads all of it back
+    third.clock = lambda: T0 + 31
+    await third.recover()
+    assert len(third.store.columns) == 2 * 6
+    await third.close()
+
+
+async def test_shutdown_abandons_a_fetch_that_outlasts_the_grace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = tmp_path / "lw.db"
+    e = engine(db, ["a", "b"], poll_interval_s=0.05)
+    provider = e.provider
+    assert isinstance(provider, Scripted)
+    monkeypatch.setattr(app, "build_engine", lambda settings: e)
+    monkeypatch.setattr(app, "SHUTDOWN_GRACE_S", 0.5)
+    settings = config.resolve(
+        None,
+        {
+            "LOADWATCHER_SERVER_HOST": "127.0.0.1",
+            "LOADWATCHER_SERVER_PORT": str(free_port()),
+            "LOADWATCHER_JOURNAL_PATH": str(db),
+        },
+    )
+    stop = asyncio.Event()
+    served = asyncio.create_task(app.serve(settings, stop))
+    for _ in range(200):
+        if e.current is not None and len(times(db)) >= 2:
+            break
+        await asyncio.sleep(0.02)
+    assert e.current is not None
+    provider.delay_s = 60.0
+    provider.fetching.clear()
+    await asyncio.wait_for(provider.fetching.wait(), 5)
+    began = time.monotonic()
+    stop.set()
+    await asyncio.wait_for(served, 5)
+    took = time.monotonic() - began
+    assert took < 0.5 + 1.0, took
+    assert "did not finish within" in caplog.text and "abandoned" in caplog.text
+    assert provider.closed
+    wal = Path(str(db) + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_the_service_starts_without_importing_unused_provider_clients() -> None:
+    """Restart-to-200 pays for every import: kubernetes_asyncio and influxdb-client take
+    ~0.5 s and only the metrics-server and Flux providers need them."""
+    code = (
+        "import sys, loadwatcher.cli as c; c.build_parser(); import loadwatcher.app; "
+        "print(sorted(m for m in ('kubernetes_asyncio', 'influxdb_client') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]", done.stdout
