@@ -88,6 +88,20 @@ class Metric:
     rollup: str = ""
 
 
+def tag_quality(tags: Mapping[str, Any]) -> str | None:
+    """A node's data-quality tag (``ok``, ``stale``, ...), if the watcher gave one."""
+    value = tags.get("quality")
+    return value if isinstance(value, str) else None
+
+
+def tag_last_sample(tags: Mapping[str, Any]) -> float | None:
+    """Unix seconds of a node's newest sample (tag ``lastSample``), if the watcher gave it."""
+    value = tags.get("lastSample")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
 @dataclass(frozen=True, slots=True)
 class NodeMetrics:
     """A node's metrics in wire order, its ``tags`` and its ``metadata``."""
@@ -100,16 +114,12 @@ class NodeMetrics:
     @property
     def quality(self) -> str | None:
         """The watcher's data-quality tag (``ok``, ``stale``, ...), if any."""
-        value = self.tags.get("quality")
-        return value if isinstance(value, str) else None
+        return tag_quality(self.tags)
 
     @property
     def last_sample(self) -> float | None:
         """Unix seconds of the node's newest sample, if the watcher said."""
-        value = self.tags.get("lastSample")
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return None
-        return float(value)
+        return tag_last_sample(self.tags)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from loadwatcher.client import Metric, NodeMetrics, parse_metric
+from loadwatcher.client import Metric, NodeMetrics, parse_metric, tag_last_sample, tag_quality
 from loadwatcher.quantity import Quantity
 from loadwatcher.scoring.pods import Pod, parse_pod, parse_resource_list
 
@@ -48,16 +48,12 @@ class NodeInput:
     @property
     def quality(self) -> str | None:
         """The watcher's quality tag, if any."""
-        value = self.tags.get("quality")
-        return value if isinstance(value, str) else None
+        return tag_quality(self.tags)
 
     @property
     def last_sample(self) -> float | None:
         """Unix seconds of the newest sample, if known."""
-        value = self.tags.get("lastSample")
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return None
-        return float(value)
+        return tag_last_sample(self.tags)
 
 
 def _number(raw: Any, where: str) -> float:
