@@ -4,9 +4,7 @@ auth, TLS with a CA from the kubeconfig), and node peak prediction."""
 from __future__ import annotations
 
 import base64
-import shutil
 import ssl
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +13,7 @@ import pytest
 import yaml
 from aiohttp import web
 from scoring_support import metrics, node, pod
+from tls import make_pki
 
 from loadwatcher.errors import ClientError
 from loadwatcher.scoring import kube
@@ -116,17 +115,13 @@ async def test_fetch_nodes_with_token_file(tmp_path: Path, api: Any) -> None:
         await runner.cleanup()
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl binary")
 async def test_fetch_nodes_over_tls_with_ca_data(tmp_path: Path, api: Any) -> None:
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
-                    str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    pki = make_pki(tmp_path / "pki")
     tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    tls.load_cert_chain(cert, key)
+    tls.load_cert_chain(pki.cert_file, pki.key_file)
     runner, url, _ = await api(tls)
     try:
-        ca = base64.b64encode(cert.read_bytes()).decode()
+        ca = base64.b64encode(pki.ca_file.read_bytes()).decode()
         target = kube.load_kubeconfig(kubeconfig(tmp_path, url, {"token": "s3cret"},
                                                  {"certificate-authority-data": ca}))
         (n,) = await kube.fetch_nodes(target, now=NOW)
