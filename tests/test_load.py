@@ -19,8 +19,8 @@ the default allocator: 93 MiB idle, then 99, 116, 125, 125, 124, 118, 134, 137, 
 (81.8-82.5) after each of twelve runs (~210,000 requests). No leak, but a high-water
 mark that would hide one.
 
-The measured run lasts ``LOADWATCHER_LOAD_S`` seconds: 20 by default to keep the whole
-suite within its CI budget; issue 7 asks for 60 (``LOADWATCHER_LOAD_S=60``).
+The measured run lasts ``LOADWATCHER_LOAD_S`` seconds: 60 by default, as issue 7 asks
+(``LOADWATCHER_LOAD_S=20`` for a quicker local run).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from synth import node_history, node_names
 
 pytestmark = pytest.mark.backend
 
-LOAD_S = float(os.environ.get("LOADWATCHER_LOAD_S", "20"))
+LOAD_S = float(os.environ.get("LOADWATCHER_LOAD_S", "60"))
 WARMUP_S = 5.0
 CONNECTIONS = 500
 NODES = 1000
