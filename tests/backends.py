@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import pytest
 
@@ -84,9 +84,14 @@ def require_binary(name: str) -> str:
     if path is not None:
         return path
     package = DEBIAN_PACKAGES.get(name, name)
-    message = (
+    unavailable(
         f"{name} not found on PATH: install Debian package {package!r} (apt-get install {package})"
     )
+
+
+def unavailable(message: str) -> NoReturn:
+    """A required tool or privilege is missing: fail under ``CI=true`` (CI must never pass by
+    skipping), skip on a developer's machine that lacks it."""
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(message, pytrace=False)
     pytest.skip(message)

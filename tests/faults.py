@@ -27,13 +27,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
 from aiohttp import ClientSession, ClientTimeout, web
-from backends import Series, Server, free_port
+from backends import Series, Server, free_port, unavailable
 from remote_write import push
 from synth import CPU_METRIC, MEM_METRIC
 
 # --------------------------------------------------------------------------- the service
+
+
+def _serve_argv(port: int, db: Path | str, poll_interval_s: float) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "loadwatcher",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--db",
+        str(db),
+        "--poll-interval-s",
+        str(poll_interval_s),
+    ]
 
 
 @dataclass(eq=False)
@@ -71,21 +87,18 @@ class Service:
                 **env,
             }
         )
-        argv = [
-            sys.executable,
-            "-m",
-            "loadwatcher",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--db",
-            str(db),
-            "--poll-interval-s",
-            str(poll_interval_s),
-        ]
-        return cls(port, log, argv, base)
+        return cls(port, log, _serve_argv(port, db, poll_interval_s), base)
+
+    @classmethod
+    def host(
+        cls, db: Path | str, log: Path, *, poll_interval_s: float = 1.0, port: int | None = None
+    ) -> Service:
+        """The service on its embedded default provider (this machine's CPU and memory)."""
+        port = port or free_port()
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("LOADWATCHER_", "METRICS_"))
+        }
+        return cls(port, log, _serve_argv(port, db, poll_interval_s), env)
 
     @property
     def url(self) -> str:
@@ -390,9 +403,7 @@ def tmpfs(where: Path, size: str = "4m") -> Iterator[Path]:
     done = _mount("-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where))
     if done.returncode != 0:
         message = f"cannot mount a tmpfs (needs root/CAP_SYS_ADMIN): {done.stderr.strip()}"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        unavailable(message)
     try:
         yield where
     finally:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from backends import unavailable
 
 pytestmark = pytest.mark.backend
 
@@ -34,9 +35,7 @@ def _require_tools() -> None:
     if not missing:
         return
     message = f"benchmark tools missing: install Debian package(s) {', '.join(missing)}"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
+    unavailable(message)
 
 
 def _table(text: str) -> list[list[str]]:

@@ -4,63 +4,19 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
-from backends import free_port, openmetrics_text
+from backends import openmetrics_text
+from faults import Service
 from synth import node_history, node_names
 
 pytestmark = pytest.mark.backend
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def start_service(port: int, db: Path, prom_url: str, log: Path) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOADWATCHER_")}
-    env.update(
-        {
-            "METRICS_PROVIDER_NAME": "Prometheus",
-            "METRICS_PROVIDER_ADDRESS": prom_url,
-            "LOADWATCHER_PROVIDER_TIMEOUT_S": "1",
-        }
-    )
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "loadwatcher",
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--db",
-                str(db),
-                "--poll-interval-s",
-                "1",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-
-
-def get_json(url: str) -> tuple[int, dict]:
-    try:
-        with _OPENER.open(url, timeout=2) as resp:
-            return resp.status, json.load(resp)
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.load(exc)
 
 
 def wait_for_nodes(port: int, nodes: set[str], timeout_s: float) -> float:
@@ -84,30 +40,28 @@ def test_kill_9_then_restart_with_provider_down(prometheus_factory, tmp_path) ->
     nodes = node_names(history)
     prom = prometheus_factory(openmetrics_text(history))
     db = tmp_path / "journal" / "lw.db"
-    port = free_port()
-    log = tmp_path / "service.log"
-    proc = start_service(port, db, prom.url, log)
+    service = Service.prometheus(prom.url, db, tmp_path / "service.log", poll_interval_s=1.0)
+    service.start()
     try:
-        wait_for_nodes(port, nodes, 20)
+        wait_for_nodes(service.port, nodes, 20)
         time.sleep(1.5)  # let a few more cycles write the journal
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        service.kill()
         prom.stop()
         with sqlite3.connect(db) as conn:
             assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         began = time.monotonic()
-        proc = start_service(port, db, prom.url, log)
-        waited = wait_for_nodes(port, nodes, 2.0)
+        service.start()
+        waited = wait_for_nodes(service.port, nodes, 2.0)
         elapsed = time.monotonic() - began
         print(f"restart to first 200 with all {len(nodes)} nodes: {elapsed:.3f} s")
         assert elapsed <= 2.0 and waited <= 2.0
-        status, body = get_json(f"http://127.0.0.1:{port}/watcher/health")
+        status, body = service.health()
         assert status == 503, body  # the provider is down
         assert any("provider" in r for r in body["reasons"]), body
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            assert proc.wait(15) == 0, log.read_text()[-2000:]
+        if service.running():
+            code, _ = service.terminate(15)
+            assert code == 0, service.log_tail()
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert "Traceback" not in log.read_text()
+    assert "Traceback" not in service.log_text()

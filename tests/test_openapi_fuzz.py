@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
 import schemathesis
-from backends import free_port
+from faults import Service
 from hypothesis import HealthCheck, settings
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -22,43 +18,11 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 def service_url(tmp_path_factory) -> Iterator[str]:
     """The real service (host provider) in its own process on a loopback port."""
     tmp = tmp_path_factory.mktemp("openapi")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOADWATCHER_", "METRICS_"))}
-    log = (tmp / "service.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "loadwatcher",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--db",
-            str(tmp / "lw.db"),
-            "--poll-interval-s",
-            "1",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            with _OPENER.open(url + "/readyz", timeout=1) as resp:
-                if resp.status == 200:
-                    break
-        except (urllib.error.URLError, ConnectionError):
-            pass
-        assert time.monotonic() < deadline, "service did not become ready"
-        time.sleep(0.1)
-    yield url
-    proc.terminate()
-    assert proc.wait(15) == 0
-    log.close()
+    service = Service.host(tmp / "lw.db", tmp / "service.log").start()
+    service.wait_status("/readyz", timeout_s=15)
+    yield service.url
+    code, _ = service.terminate(15)
+    assert code == 0
 
 
 @pytest.fixture(scope="module")
