@@ -144,9 +144,10 @@ class Engine:
         now = self.clock() if now is None else now
         status = self.provider_status
         status.last_attempt_at = now
-        outcome, _ = await asyncio.gather(
+        outcome, _, _ = await asyncio.gather(
             self.provider.fetch(now, self.store.newest()),
             self._fetch_second(now),
+            self._fold_wal(),
             return_exceptions=True,
         )
         if isinstance(outcome, ProviderError):
@@ -183,6 +184,15 @@ class Engine:
         self._log_quality()
         self._log_health(now)
         self.metrics.poll_duration.observe(time.perf_counter() - started)
+
+    async def _fold_wal(self) -> None:
+        """Last cycle's WAL into the main file, while the fetch waits on the network."""
+        if self.journal is None or not self.journal.is_open:
+            return
+        try:
+            await self.journal.fold_wal()
+        except JournalError as exc:
+            log.debug("%s (retried next cycle)", exc)
 
     async def _fetch_second(self, now: float) -> None:
         if self.second is None:

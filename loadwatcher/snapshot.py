@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -14,7 +15,7 @@ from loadwatcher.model import WINDOWS, Operator, Resource, Window
 from loadwatcher.rollups import WindowStats
 from loadwatcher.store import Columns
 
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -62,36 +63,96 @@ def build(
     return Snapshot(now, source, tuple(keys), windows, dict(metric_names), tags, node_info)
 
 
+# Journal form: ``MAGIC | u32 header length | header (JSON) | arrays``. The header holds the
+# small, irregular parts (keys, tags, node facts, window bounds); the arrays follow as raw
+# little-endian bytes in header order. A JSON encoding of the arrays was 6 MB and ~30 ms
+# per cycle at 5,000 nodes; raw bytes are half the size and cost a copy.
+_MAGIC = b"LWS2"
+_HEADER = struct.Struct("<4sI")
+_INT = np.dtype("<i8")
+_FLOAT = np.dtype("<f8")
+
+
 def to_bytes(snap: Snapshot) -> bytes:
-    """Serialise for the journal (orjson, arrays as lists)."""
-    doc = {
-        "format": SNAPSHOT_FORMAT,
-        "taken_at": snap.taken_at,
-        "source": snap.source,
-        "keys": [[n, str(r)] for n, r in snap.keys],
-        "metric_names": {str(r): name for r, name in snap.metric_names.items()},
-        "tags": snap.tags,
-        "node_info": snap.node_info,
-        "windows": {
-            name: {
-                "start": w.start,
-                "end": w.end,
-                "sids": w.sids,
-                "count": w.count,
-                "newest": w.newest,
-                "values": {str(op): arr for op, arr in w.values.items()},
-            }
-            for name, w in snap.windows.items()
-        },
-    }
-    return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    """Serialise for the journal (see the layout above)."""
+    windows: dict[str, Any] = {}
+    arrays: list[bytes] = []
+    for name, w in snap.windows.items():
+        ops = list(w.values)
+        windows[name] = {"start": w.start, "end": w.end, "n": int(w.sids.shape[0]), "ops": ops}
+        arrays.append(np.ascontiguousarray(w.sids, _INT).tobytes())
+        arrays.append(np.ascontiguousarray(w.count, _INT).tobytes())
+        arrays.append(np.ascontiguousarray(w.newest, _FLOAT).tobytes())
+        arrays.extend(np.ascontiguousarray(w.values[op], _FLOAT).tobytes() for op in ops)
+    header = orjson.dumps(
+        {
+            "format": SNAPSHOT_FORMAT,
+            "taken_at": snap.taken_at,
+            "source": snap.source,
+            "keys": [[n, str(r)] for n, r in snap.keys],
+            "metric_names": {str(r): name for r, name in snap.metric_names.items()},
+            "tags": snap.tags,
+            "node_info": snap.node_info,
+            "windows": windows,
+        }
+    )
+    return b"".join([_HEADER.pack(_MAGIC, len(header)), header, *arrays])
 
 
 def from_bytes(body: bytes) -> Snapshot:
-    """Inverse of ``to_bytes``; raises ValueError when the body is not a snapshot."""
+    """Inverse of ``to_bytes`` (also reads the JSON form of format 1); raises ValueError
+    when the body is not a snapshot."""
+    if not body.startswith(_MAGIC):
+        return _from_json(body)
+    try:
+        _, n_header = _HEADER.unpack_from(body)
+        at = _HEADER.size + n_header
+        doc = orjson.loads(body[_HEADER.size : at])
+        if doc.get("format") != SNAPSHOT_FORMAT:
+            raise ValueError(f"unknown snapshot format {doc.get('format')!r}")
+        view = memoryview(body)
+
+        def take(dtype: np.dtype[Any], n: int) -> Any:
+            nonlocal at
+            size = n * dtype.itemsize
+            if at + size > len(body):
+                raise ValueError("snapshot is truncated")
+            arr = np.frombuffer(view[at : at + size], dtype)
+            at += size
+            return arr
+
+        windows = {}
+        for name, w in doc["windows"].items():
+            n = int(w["n"])
+            sids, count, newest = take(_INT, n), take(_INT, n), take(_FLOAT, n)
+            values = {Operator(op): take(_FLOAT, n) for op in w["ops"]}
+            windows[name] = WindowStats(
+                Window.parse(name), int(w["start"]), int(w["end"]), sids, count, newest, values
+            )
+        if at != len(body):
+            raise ValueError("snapshot has trailing bytes")
+        return _snapshot(doc, windows)
+    except (KeyError, TypeError, AttributeError, struct.error, orjson.JSONDecodeError) as exc:
+        raise ValueError(f"not a snapshot: {exc}") from exc
+
+
+def _snapshot(doc: dict[str, Any], windows: dict[str, WindowStats]) -> Snapshot:
+    return Snapshot(
+        taken_at=float(doc["taken_at"]),
+        source=str(doc["source"]),
+        keys=tuple((str(n), Resource(r)) for n, r in doc["keys"]),
+        windows=windows,
+        metric_names={Resource(r): str(n) for r, n in doc["metric_names"].items()},
+        tags=dict(doc["tags"]),
+        node_info=dict(doc["node_info"]),
+    )
+
+
+def _from_json(body: bytes) -> Snapshot:
+    """Format 1: the whole snapshot as JSON (journals written before format 2)."""
     try:
         doc = orjson.loads(body)
-        if doc.get("format") != SNAPSHOT_FORMAT:
+        if doc.get("format") != 1:
             raise ValueError(f"unknown snapshot format {doc.get('format')!r}")
         windows = {}
         for name, w in doc["windows"].items():
@@ -104,14 +165,6 @@ def from_bytes(body: bytes) -> Snapshot:
                 newest=np.asarray(w["newest"], np.float64),
                 values={Operator(op): np.asarray(v, np.float64) for op, v in w["values"].items()},
             )
-        return Snapshot(
-            taken_at=float(doc["taken_at"]),
-            source=str(doc["source"]),
-            keys=tuple((str(n), Resource(r)) for n, r in doc["keys"]),
-            windows=windows,
-            metric_names={Resource(r): str(n) for r, n in doc["metric_names"].items()},
-            tags=dict(doc["tags"]),
-            node_info=dict(doc["node_info"]),
-        )
+        return _snapshot(doc, windows)
     except (KeyError, TypeError, AttributeError, orjson.JSONDecodeError) as exc:
         raise ValueError(f"not a snapshot: {exc}") from exc

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from aiohttp import ClientSession, ClientTimeout, web
 from backends import Series, Server, free_port, unavailable
 from remote_write import push
@@ -453,13 +454,27 @@ def integrity(db: Path) -> str:
 Key = tuple[str, str, float]
 
 
+def journal_rows(conn: sqlite3.Connection) -> list[tuple[str, str, float, float]]:
+    """Every committed sample as ``(node, resource, ts, value)``, read straight from the file.
+
+    The journal keeps one row per cycle in ``chunks``: three little-endian arrays (series id
+    int64, time float64, value float64); decoded here independently of the service's code.
+    """
+    names = {int(i): (str(n), str(r)) for i, n, r in conn.execute("SELECT * FROM series")}
+    out: list[tuple[str, str, float, float]] = []
+    for sid_b, ts_b, val_b in conn.execute("SELECT sid, ts, val FROM chunks ORDER BY id"):
+        sids = np.frombuffer(sid_b, "<i8").tolist()
+        tss = np.frombuffer(ts_b, "<f8").tolist()
+        vals = np.frombuffer(val_b, "<f8").tolist()
+        assert len(sids) == len(tss) == len(vals), "torn chunk"
+        out.extend((*names[s], t, v) for s, t, v in zip(sids, tss, vals, strict=True))
+    return out
+
+
 def journal_samples(db: Path) -> set[Key]:
     """Every committed sample as ``(node, resource, ts)``."""
     with contextlib.closing(ro_connect(db)) as conn:
-        rows = conn.execute(
-            "SELECT s.node, s.resource, x.ts FROM samples x JOIN series s ON s.id = x.series"
-        ).fetchall()
-    return {(str(n), str(r), float(t)) for n, r, t in rows}
+        return {(n, r, t) for n, r, t, _ in journal_rows(conn)}
 
 
 def journal_snapshot_time(db: Path) -> float | None:

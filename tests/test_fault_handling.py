@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 from backends import free_port
+from faults import journal_rows
 
 from loadwatcher import app, config
 from loadwatcher.engine import Engine, EngineOptions
@@ -71,10 +72,7 @@ def engine(db: Path, nodes: list[str], poll_interval_s: float = 15.0) -> Engine:
 def in_file(db: Path) -> dict[tuple[str, str], dict[float, float]]:
     """``{(node, resource): {ts: value}}`` as committed in the journal."""
     with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
-        rows = conn.execute(
-            "SELECT s.node, s.resource, x.ts, x.value FROM samples x JOIN series s"
-            " ON s.id = x.series"
-        ).fetchall()
+        rows = journal_rows(conn)
     out: dict[tuple[str, str], dict[float, float]] = {}
     for node, resource, ts, val in rows:
         out.setdefault((node, resource), {})[ts] = val

@@ -1,0 +1,198 @@
+"""The journal's file format: sample chunks, the binary snapshot, and upgrades from schema 1.
+
+No backend: these drive ``Journal`` and ``snapshot`` directly and read the file with plain
+``sqlite3`` where the format itself is the point.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+from faults import journal_rows
+
+from loadwatcher import snapshot
+from loadwatcher.errors import JournalError
+from loadwatcher.journal import Journal
+from loadwatcher.model import Resource, Series
+from loadwatcher.store import Columns, SampleStore
+
+NAMES = {Resource.CPU: "cpu_q", Resource.MEMORY: "mem_q"}
+KEYS = [("a", Resource.CPU), ("b", Resource.MEMORY)]
+
+
+def cols(sid: list[int], ts: list[float], val: list[float]) -> Columns:
+    return Columns(np.asarray(sid, np.int64), np.asarray(ts, float), np.asarray(val, float))
+
+
+def make_snapshot(nodes: int = 4) -> snapshot.Snapshot:
+    store = SampleStore()
+    ts = np.arange(0.0, 1000.0, 15.0)
+    rng = np.random.default_rng(7)
+    store.add(
+        [
+            Series(f"n{i}", r, ts[i:], rng.uniform(0, 100, ts.size - i))
+            for i in range(nodes)
+            for r in (Resource.CPU, Resource.MEMORY)
+        ]
+    )
+    tags = {
+        f"n{i}": {"quality": "ok", "lastSample": 990, "detail": {"x": [1, 2]}} for i in range(nodes)
+    }
+    info = {"n0": {"capacity_cpu": "4", "allocatable_memory": "16Gi"}}
+    return snapshot.build(store.columns, list(store.keys), 999.5, "Prometheus", NAMES, tags, info)
+
+
+def assert_same(a: snapshot.Snapshot, b: snapshot.Snapshot) -> None:
+    assert (a.taken_at, a.source, a.keys, a.metric_names) == (
+        b.taken_at,
+        b.source,
+        b.keys,
+        b.metric_names,
+    )
+    assert (a.tags, a.node_info) == (b.tags, b.node_info)
+    assert a.windows.keys() == b.windows.keys()
+    for name, w in a.windows.items():
+        v = b.windows[name]
+        assert (w.window, w.start, w.end) == (v.window, v.start, v.end)
+        for x, y in ((w.sids, v.sids), (w.count, v.count), (w.newest, v.newest)):
+            assert np.array_equal(x, y) and x.dtype == y.dtype
+        assert list(w.values) == list(v.values)
+        for op in w.values:
+            assert np.array_equal(w.values[op], v.values[op])  # bit for bit, not approximately
+
+
+def test_snapshot_bytes_round_trip_exactly() -> None:
+    snap = make_snapshot()
+    assert_same(snap, snapshot.from_bytes(snapshot.to_bytes(snap)))
+
+
+def test_snapshot_format_1_json_from_older_journals_still_reads() -> None:
+    snap = make_snapshot()
+    doc = {
+        "format": 1,
+        "taken_at": snap.taken_at,
+        "source": snap.source,
+        "keys": [[n, str(r)] for n, r in snap.keys],
+        "metric_names": {str(r): n for r, n in snap.metric_names.items()},
+        "tags": snap.tags,
+        "node_info": snap.node_info,
+        "windows": {
+            name: {
+                "start": w.start,
+                "end": w.end,
+                "sids": w.sids.tolist(),
+                "count": w.count.tolist(),
+                "newest": w.newest.tolist(),
+                "values": {str(op): a.tolist() for op, a in w.values.items()},
+            }
+            for name, w in snap.windows.items()
+        },
+    }
+    assert_same(snap, snapshot.from_bytes(orjson.dumps(doc)))
+
+
+def test_damaged_snapshot_bytes_are_a_value_error() -> None:
+    body = snapshot.to_bytes(make_snapshot())
+    for bad in (body[:6], body[:-8], body + b"\0" * 8, b"LWS2" + b"\xff" * 20, b"{}", b""):
+        with pytest.raises(ValueError):
+            snapshot.from_bytes(bad)
+
+
+async def write(db: Path, *cycles: tuple[Columns, float]) -> None:
+    journal = Journal(str(db))
+    await journal.open()
+    try:
+        for added, trim_before in cycles:
+            await journal.write_cycle(KEYS, added, trim_before, b"snap", 1.0)
+    finally:
+        await journal.close()
+
+
+async def load(db: Path, since: float) -> Columns:
+    journal = Journal(str(db))
+    await journal.open()
+    try:
+        recovered = await journal.load_samples(since)
+    finally:
+        await journal.close()
+    assert recovered.keys == KEYS
+    return recovered.samples
+
+
+async def test_one_chunk_per_cycle_and_whole_chunks_expire(tmp_path: Path) -> None:
+    db = tmp_path / "lw.db"
+    await write(
+        db,
+        (cols([0, 0, 1], [10, 20, 20], [1, 2, 3]), 0),
+        (cols([1, 0], [30, 30], [4, 5]), 0),
+        (cols([0], [40], [6]), 25),  # the first chunk's newest sample (20) is now too old
+    )
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == 2
+        assert sorted(journal_rows(conn)) == [
+            ("a", "cpu", 30.0, 5.0),
+            ("a", "cpu", 40.0, 6.0),
+            ("b", "memory", 30.0, 4.0),
+        ]
+    got = await load(db, 35)  # reads filter inside a chunk too
+    assert (got.sid.tolist(), got.ts.tolist(), got.val.tolist()) == ([0], [40.0], [6.0])
+
+
+async def test_a_sample_written_twice_reads_back_once_with_the_last_value(tmp_path: Path) -> None:
+    db = tmp_path / "lw.db"
+    await write(db, (cols([1, 0], [20, 10], [1, 2]), 0), (cols([0, 1], [10, 30], [7, 8]), 0))
+    got = await load(db, 0)
+    assert got.sid.tolist() == [0, 1, 1]
+    assert got.ts.tolist() == [10.0, 20.0, 30.0]
+    assert got.val.tolist() == [7.0, 1.0, 8.0]
+
+
+async def test_a_schema_1_journal_is_upgraded_in_place_without_losing_samples(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "lw.db"
+    with sqlite3.connect(db) as conn:  # the layout the first release wrote
+        conn.executescript(
+            """
+            CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            CREATE TABLE series (id INTEGER PRIMARY KEY, node TEXT NOT NULL,
+                resource TEXT NOT NULL, UNIQUE (node, resource));
+            CREATE TABLE samples (series INTEGER NOT NULL, ts REAL NOT NULL,
+                value REAL NOT NULL, PRIMARY KEY (series, ts)) WITHOUT ROWID;
+            CREATE TABLE snapshot (id INTEGER PRIMARY KEY CHECK (id = 1),
+                taken_at REAL NOT NULL, body BLOB NOT NULL);
+            INSERT INTO meta VALUES ('schema', '1');
+            INSERT INTO series VALUES (0, 'a', 'cpu'), (1, 'b', 'memory');
+            INSERT INTO samples VALUES (1, 15, 0.1), (0, 30, 12.5), (0, 15, 11.25);
+            """
+        )
+    got = await load(db, 0)
+    assert (got.sid.tolist(), got.ts.tolist(), got.val.tolist()) == (
+        [0, 0, 1],
+        [15.0, 30.0, 15.0],
+        [11.25, 12.5, 0.1],
+    )
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0] == "2"
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert "samples" not in tables and "chunks" in tables
+    await write(db, (cols([1], [45], [3]), 0))  # and it goes on as a schema-2 file
+    assert (await load(db, 0)).ts.tolist() == [15.0, 30.0, 15.0, 45.0]
+
+
+async def test_a_torn_chunk_is_a_journal_error_not_a_crash(tmp_path: Path) -> None:
+    db = tmp_path / "lw.db"
+    await write(db, (cols([0, 1], [10, 10], [1, 2]), 0))
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE chunks SET ts = zeroblob(8)")
+    journal = Journal(str(db))
+    await journal.open()
+    try:
+        with pytest.raises(JournalError, match="different lengths"):
+            await journal.load_samples(0)
+    finally:
+        await journal.close()
