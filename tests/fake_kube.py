@@ -1,7 +1,7 @@
 """A protocol-faithful fake Kubernetes API server for metrics-server (none can run here).
 
-What is faithful: HTTPS with a certificate signed by a cluster CA made here with
-``cryptography`` (the client must verify it, as against a real apiserver), the
+What is faithful: HTTPS with a certificate signed by a cluster CA (``tls.make_pki``; the
+client must verify it, as against a real apiserver), the
 ``Authorization: Bearer`` check with 401/403 answers as ``Status`` objects, the real JSON
 shapes of ``NodeList`` (``/api/v1/nodes``) and ``NodeMetricsList``
 (``/apis/metrics.k8s.io/v1beta1/nodes``), and list chunking: ``limit`` cuts a page and
@@ -15,99 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import datetime as dt
-import ipaddress
 import json
-import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
-
-
-@dataclass(frozen=True)
-class Pki:
-    """PEM files of a test cluster CA and a server certificate for 127.0.0.1 it signed."""
-
-    ca_file: Path
-    cert_file: Path
-    key_file: Path
-
-    @property
-    def ca_pem(self) -> bytes:
-        return self.ca_file.read_bytes()
-
-
-def make_pki(directory: Path) -> Pki:
-    """A fresh CA and a serving certificate for IP 127.0.0.1 and DNS localhost."""
-    now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes-test-ca")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    directory.mkdir(parents=True, exist_ok=True)
-    pki = Pki(directory / "ca.crt", directory / "apiserver.crt", directory / "apiserver.key")
-    pki.ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    pki.cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    pki.key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return pki
+from tls import Pki, server_context
 
 
 def node(name: str, cpu: str, memory: str, alloc_cpu: str, alloc_memory: str) -> dict[str, Any]:
@@ -267,16 +182,14 @@ class FakeApiServer:
 
 async def serve_tls(fake: FakeApiServer, pki: Pki) -> TestServer:
     """Start ``fake`` on 127.0.0.1 over TLS with the PKI's serving certificate."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(pki.cert_file, pki.key_file)
     server = TestServer(fake.app(), host="127.0.0.1")
-    await server.start_server(ssl=context)
+    await server.start_server(ssl=server_context(pki))
     return server
 
 
 def kubeconfig(path: Path, server: str, pki: Pki, token: str, context: str = "test") -> Path:
     """A kubeconfig file with the CA inline (``certificate-authority-data``) and a token."""
-    ca_data = base64.b64encode(pki.ca_pem).decode()
+    ca_data = base64.b64encode(pki.ca_file.read_bytes()).decode()
     path.write_text(
         "apiVersion: v1\n"
         "kind: Config\n"

@@ -18,8 +18,9 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from fake_kube import FakeApiServer, Pki, kubeconfig, make_pki, node, node_metrics, serve_tls
+from fake_kube import FakeApiServer, kubeconfig, node, node_metrics, serve_tls
 from service import settings
+from tls import Pki, make_pki
 
 from loadwatcher import app, config, factory, render
 from loadwatcher.analysis import Quality

@@ -1,9 +1,10 @@
-"""A throw-away certificate authority for TLS tests (``cryptography``)."""
+"""A throw-away certificate authority for TLS tests (``cryptography``), and the server side."""
 
 from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,9 +16,14 @@ from cryptography.x509.oid import NameOID
 
 @dataclass(frozen=True)
 class Pki:
+    """PEM files: a test CA, a server certificate for 127.0.0.1 / localhost it signed, and a
+    client certificate it signed (for servers that require one)."""
+
     ca_file: Path
     cert_file: Path
     key_file: Path
+    client_cert_file: Path
+    client_key_file: Path
 
 
 def _name(common: str) -> x509.Name:
@@ -57,38 +63,58 @@ def make_pki(directory: Path) -> Pki:
         )
         .sign(ca_key, hashes.SHA256())
     )
+    pki = Pki(directory / "ca.pem", directory / "server.pem", directory / "server.key",
+              directory / "client.pem", directory / "client.key")
+    pki.ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    sans = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    server = x509.oid.ExtendedKeyUsageOID.SERVER_AUTH
+    _issue(ca, ca_key, "127.0.0.1", server, sans, pki.cert_file, pki.key_file)
+    client = x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH
+    _issue(ca, ca_key, "loadwatcher test client", client, [], pki.client_cert_file,
+           pki.client_key_file)
+    return pki
+
+
+def _issue(ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, common: str,
+           usage: x509.ObjectIdentifier, sans: list[x509.GeneralName], cert_file: Path,
+           key_file: Path) -> None:
+    """Write a certificate (and its key) for ``usage`` signed by the CA."""
+    now = dt.datetime.now(dt.UTC)
     key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
+    builder = (
         x509.CertificateBuilder()
-        .subject_name(_name("127.0.0.1"))
+        .subject_name(_name(common))
         .issuer_name(ca.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + dt.timedelta(days=1))
         .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
             critical=False,
         )
-        .add_extension(
-            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     )
-    pki = Pki(directory / "ca.pem", directory / "server.pem", directory / "server.key")
-    pki.ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    pki.cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    pki.key_file.write_bytes(
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    cert_file.write_bytes(
+        builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+    )
+    key_file.write_bytes(
         key.private_bytes(
             serialization.Encoding.PEM,
             serialization.PrivateFormat.PKCS8,
             serialization.NoEncryption(),
         )
     )
-    return pki
+
+
+def server_context(pki: Pki, *, require_client_cert: bool = False) -> ssl.SSLContext:
+    """What a fake server listens with: the PKI's certificate, which clients verify by its CA;
+    with ``require_client_cert`` clients must show a certificate the same CA signed."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(pki.cert_file, pki.key_file)
+    if require_client_cert:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(pki.ca_file)
+    return context

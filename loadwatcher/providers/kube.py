@@ -1,11 +1,10 @@
 """The Kubernetes API for the metrics-server provider: auth, paged lists, error mapping.
 
-Config loading and auth are ``kubernetes_asyncio``'s, not ours: a kubeconfig file
-(``KUBE_CONFIG``, with its contexts, client certificates, tokens and exec plugins) or, without
-one, the pod's service account (``KUBERNETES_SERVICE_HOST``/``_PORT``, the mounted token and
-the cluster CA). The service-account token is re-read whenever its file changes, because
-kubelet rotates projected tokens (the library alone re-reads it only once a minute). A 401
-rebuilds the client once, which re-reads the kubeconfig and re-runs its exec plugin.
+Config loading and auth are ``kubernetes_asyncio``'s, through ``kubeaccess`` (shared with
+``loadwatcher score --kubeconfig``): a kubeconfig file (``KUBE_CONFIG``) or, without one, the
+pod's service account. The service-account token is re-read whenever its file changes,
+because kubelet rotates projected tokens (the library alone re-reads it only once a minute).
+A 401 rebuilds the client once, which re-reads the kubeconfig and re-runs its exec plugin.
 
 Requests go through the library's ``ApiClient.call_api`` unparsed (``_preload_content=False``)
 so that large lists are decoded once, by orjson, and every failure is mapped here to a
@@ -15,43 +14,20 @@ the list once from the beginning.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
 import orjson
 from kubernetes_asyncio.client import ApiClient, Configuration
-from kubernetes_asyncio.config import kube_config
-from kubernetes_asyncio.config.incluster_config import (
-    SERVICE_CERT_FILENAME,
-    SERVICE_TOKEN_FILENAME,
-    InClusterConfigLoader,
-)
 
-from loadwatcher.errors import ProviderError, ProviderErrorKind
+from loadwatcher.errors import ConfigError, ProviderError, ProviderErrorKind
 from loadwatcher.providers.http import TokenSource
+from loadwatcher.providers.kubeaccess import KubeAccess, open_client
+
+__all__ = ["KubeAccess", "KubeClient", "list_page", "status_error"]
 
 MAX_PAGES = 10_000  # a list that never ends is a broken server, not a big cluster
-
-
-@dataclass(frozen=True)
-class KubeAccess:
-    """How to reach the API server.
-
-    ``kubeconfig`` empty means in-cluster: ``token_file`` and ``ca_file`` are the service
-    account's mount, and ``environ`` (None: the process environment, read when the client is
-    built) gives ``KUBERNETES_SERVICE_HOST`` and ``KUBERNETES_SERVICE_PORT``.
-    """
-
-    kubeconfig: str = ""
-    context: str = ""
-    timeout_s: float = 10.0
-    page_size: int = 500
-    token_file: str = SERVICE_TOKEN_FILENAME
-    ca_file: str = SERVICE_CERT_FILENAME
-    environ: Mapping[str, str] | None = None
 
 
 def list_page(doc: Any, what: str) -> tuple[list[dict[str, Any]], str]:
@@ -64,6 +40,15 @@ def list_page(doc: Any, what: str) -> tuple[list[dict[str, Any]], str]:
     meta = doc.get("metadata")
     token = meta.get("continue") if isinstance(meta, dict) else None
     return items, token if isinstance(token, str) else ""
+
+
+def _resource(what: str) -> str:
+    """The RBAC name of what ``GET /path`` lists: ``pods`` for ``/api/v1/pods``,
+    ``nodes.metrics.k8s.io`` for ``/apis/metrics.k8s.io/v1beta1/nodes``."""
+    parts = what.rpartition(" ")[2].partition("?")[0].strip("/").split("/")
+    if parts[0] == "apis" and len(parts) >= 4:
+        return f"{parts[-1]}.{parts[1]}"
+    return parts[-1]
 
 
 def status_error(status: int, body: bytes, what: str) -> ProviderError:
@@ -85,8 +70,7 @@ def status_error(status: int, body: bytes, what: str) -> ProviderError:
     if status == 403:
         return ProviderError(
             ProviderErrorKind.AUTH,
-            f"{what}: 403 Forbidden: the identity needs get/list on nodes and on "
-            f"nodes.metrics.k8s.io ({detail})",
+            f"{what}: 403 Forbidden: the identity needs get/list on {_resource(what)} ({detail})",
         )
     if status == 404:
         return ProviderError(ProviderErrorKind.NOT_FOUND, f"{what}: 404 Not Found ({detail})")
@@ -98,38 +82,22 @@ def status_error(status: int, body: bytes, what: str) -> ProviderError:
 class KubeClient:
     """GET lists from the API server; raises only ProviderError."""
 
-    def __init__(self, settings: KubeAccess) -> None:
+    def __init__(self, settings: KubeAccess, api: ApiClient | None = None) -> None:
+        """``api``: a client already opened (``kubeaccess.open_client``) to use first, so
+        that an exec plugin does not run twice; after a 401 the client is opened afresh."""
         self.settings = settings
-        self._api: ApiClient | None = None
+        self._api = api
         # Clients dropped after a 401 while a concurrent request may still use them;
         # closed by close_retired() once no request of that fetch is in flight.
         self._retired: list[ApiClient] = []
         self._tokens = TokenSource("", settings.token_file)
+        if api is not None:
+            self._watch_token(api)
 
-    async def _configuration(self) -> Configuration:
-        s = self.settings
-        cfg = Configuration()
-        try:
-            if s.kubeconfig:
-                await kube_config.load_kube_config(
-                    config_file=s.kubeconfig,
-                    context=s.context or None,
-                    client_configuration=cfg,
-                    persist_config=False,
-                )
-            else:
-                environ = dict(os.environ if s.environ is None else s.environ)
-                loader = InClusterConfigLoader(
-                    s.token_file, s.ca_file, try_refresh_token=False, environ=environ
-                )
-                loader.load_and_set(cfg)
-                cfg.refresh_api_key_hook = self._refresh_token
-        except Exception as exc:  # the library raises many kinds for one bad config
-            source = f"kubeconfig {s.kubeconfig}" if s.kubeconfig else "in-cluster config"
-            raise ProviderError(
-                ProviderErrorKind.AUTH, f"cannot load the {source}: {exc or type(exc).__name__}"
-            ) from exc
-        return cfg
+    def _watch_token(self, api: ApiClient) -> None:
+        """In-cluster, have the library ask for the token before each request (it rotates)."""
+        if not self.settings.kubeconfig:
+            api.configuration.refresh_api_key_hook = self._refresh_token
 
     def _refresh_token(self, cfg: Configuration) -> None:
         """Called by the library before each request: the current service-account token."""
@@ -137,7 +105,12 @@ class KubeClient:
 
     async def _client(self) -> ApiClient:
         if self._api is None:
-            self._api = ApiClient(configuration=await self._configuration())
+            try:
+                api = await open_client(self.settings)
+            except ConfigError as exc:  # at run time an unusable config is an auth failure
+                raise ProviderError(ProviderErrorKind.AUTH, exc.message) from exc
+            self._watch_token(api)
+            self._api = api
         return self._api
 
     async def _get(self, path: str, params: list[tuple[str, str]]) -> tuple[int, bytes, ApiClient]:
@@ -188,16 +161,21 @@ class KubeClient:
                 f"GET {path}: answered {status} with a non-JSON body",
             ) from exc
 
-    async def list_all(self, path: str) -> list[dict[str, Any]]:
-        """Every item of a list, following ``continue`` page by page."""
+    async def list_all(
+        self, path: str, params: Sequence[tuple[str, str]] = ()
+    ) -> list[dict[str, Any]]:
+        """Every item of a list, following ``continue`` page by page; ``params`` are sent
+        with every page (``fieldSelector`` ...)."""
         items: list[dict[str, Any]] = []
         token = ""
         restarted = False
         for _ in range(MAX_PAGES):
-            params = [("limit", str(self.settings.page_size))] if self.settings.page_size else []
+            query = list(params)
+            if self.settings.page_size:
+                query.append(("limit", str(self.settings.page_size)))
             if token:
-                params.append(("continue", token))
-            status, doc = await self.get_json(path, params)
+                query.append(("continue", token))
+            status, doc = await self.get_json(path, query)
             if status == 410:  # the continue token expired: the list changed too much
                 if restarted or not token:
                     raise status_error(410, b"", f"GET {path}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -30,18 +31,23 @@ __all__ = ["main", "register"]
 
 Handler = Callable[[argparse.Namespace], int]
 DEFAULT_URL_MAX_AGE_S = 300.0
+# These commands report every failure themselves, in one line. Without a handler of its own,
+# kubernetes_asyncio's log records (a failed exec plugin ...) would reach Python's last-resort
+# handler and add lines to stderr; a configured root logger still receives them.
+_LIBRARY_LOGS = logging.NullHandler()
 
 
 def _guarded(command: str, fn: Handler) -> Handler:
     @functools.wraps(fn)
     def run(args: argparse.Namespace) -> int:
+        logging.getLogger("kubernetes_asyncio").addHandler(_LIBRARY_LOGS)  # idempotent
         try:
             return fn(args)
         except (ValueError, InvalidSnapshotError) as exc:
             code, message = 2, str(exc)
         except ClientError as exc:
             code, message = 1, str(exc)
-        except OSError as exc:  # unreadable token/CA files, TLS set-up
+        except OSError as exc:  # a file or socket failure no reader mapped
             code, message = 2, f"{type(exc).__name__}: {exc}"
         except KeyboardInterrupt:
             return 130
@@ -115,7 +121,7 @@ def _candidates(args: argparse.Namespace, now: float, windows: set[str] | None =
     is_url = args.watcher.startswith(("http://", "https://"))
     max_age = args.max_age if args.max_age is not None else (
         DEFAULT_URL_MAX_AGE_S if is_url else None)
-    known = inputs.read_nodes(args.nodes, args.kubeconfig, args.context, now)
+    known = inputs.read_nodes(args.nodes, args.kubeconfig, args.context, now, args.timeout)
     snapshot = inputs.read_snapshot(args.watcher, now=now, window=args.window, fmt=args.fmt,
                                     max_age_s=max_age, timeout_s=args.timeout,
                                     retries=args.retries)

@@ -56,16 +56,17 @@ def read_pod(path: str) -> Pod:
 
 
 def read_nodes(path: str | None, kubeconfig: str | None, context: str | None,
-               now: float) -> list[NodeInput] | None:
-    """Candidate nodes from ``--nodes`` or ``--kubeconfig``; None when neither is given."""
+               now: float, timeout_s: float = 15.0) -> list[NodeInput] | None:
+    """Candidate nodes from ``--nodes`` or ``--kubeconfig``; None when neither is given.
+
+    ``timeout_s`` bounds each request to the API server."""
     if path is not None:
         doc = read_document(path)
         if isinstance(doc, Mapping) and isinstance(doc.get("items"), list):
             return kube.nodes_from_items(doc["items"], now=now)  # kubectl ... -o json
         return parse_nodes(doc, now=now)
     if kubeconfig is not None:
-        target = kube.load_kubeconfig(kubeconfig, context)
-        return asyncio.run(kube.fetch_nodes(target, now=now))
+        return asyncio.run(kube.fetch_nodes(kubeconfig, context, now=now, timeout_s=timeout_s))
     return None
 
 

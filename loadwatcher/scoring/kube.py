@@ -1,8 +1,9 @@
 """Nodes and their pods from the Kubernetes API (or from ``kubectl get nodes,pods -o json``).
 
-Reads ``/api/v1/nodes`` and ``/api/v1/pods`` (non-terminated pods) with the kubeconfig's
-current context: bearer token or token file, client certificate, custom CA,
-insecure-skip-tls-verify. Exec and auth-provider plugins are not supported.
+Reads ``/api/v1/nodes`` and ``/api/v1/pods`` (non-terminated pods) the way the
+metrics-server provider reads its lists: the kubeconfig is loaded by ``kubernetes_asyncio``
+(``providers.kubeaccess``: contexts, tokens and token files, client certificates, CA data,
+insecure-skip-tls-verify, exec plugins) and lists are paged by ``providers.kube.KubeClient``.
 
 A pod bound less than ``recent_s`` (default 300 s, the Trimaran cache horizon) ago, judged by
 its ``PodScheduled`` condition, is a *recent* pod; the others are plain pods on the node.
@@ -10,96 +11,21 @@ its ``PodScheduled`` condition, is a *recent* pod; the others are plain pods on 
 
 from __future__ import annotations
 
-import base64
-import ssl
-import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-import aiohttp
-import yaml
-
-from loadwatcher.errors import ClientError
+from loadwatcher.errors import ClientError, ConfigError, ProviderError
+from loadwatcher.providers.kube import KubeClient
+from loadwatcher.providers.kubeaccess import KubeAccess, open_client
 from loadwatcher.scoring.nodes import NodeInput, RecentPod
 from loadwatcher.scoring.pods import Pod, parse_pod, parse_resource_list
 
-__all__ = ["KubeTarget", "fetch_nodes", "load_kubeconfig", "nodes_from_items"]
+__all__ = ["fetch_nodes", "nodes_from_items"]
 
 RECENT_S = 300.0
-
-
-@dataclass(frozen=True)
-class KubeTarget:
-    """Where and how to reach the API server."""
-
-    server: str
-    headers: Mapping[str, str] = field(default_factory=dict)
-    ssl_context: ssl.SSLContext | None = None
-
-
-def _named(items: Any, name: str, kind: str) -> Mapping[str, Any]:
-    for item in items or ():
-        if isinstance(item, Mapping) and item.get("name") == name:
-            body = item.get(kind)
-            if isinstance(body, Mapping):
-                return body
-    raise ValueError(f"kubeconfig: no {kind} named {name!r}")
-
-
-def _material(cfg: Mapping[str, Any], key: str, base: Path, tmp: Path) -> str | None:
-    """A file path for ``key`` or ``key-data`` (base64 data is written to ``tmp``)."""
-    if cfg.get(f"{key}-data"):
-        target = tmp / key
-        target.write_bytes(base64.b64decode(cfg[f"{key}-data"]))
-        return str(target)
-    if cfg.get(key):
-        return str((base / str(cfg[key])).resolve())
-    return None
-
-
-def load_kubeconfig(path: str | Path, context: str | None = None) -> KubeTarget:
-    """A :class:`KubeTarget` from a kubeconfig file; ValueError with one line if unusable."""
-    path = Path(path)
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"kubeconfig {str(path)!r}: {exc}") from None
-    if not isinstance(doc, Mapping):
-        raise ValueError(f"kubeconfig {str(path)!r}: not a kubeconfig document")
-    name = context or doc.get("current-context")
-    if not name:
-        raise ValueError("kubeconfig: no current-context; pass a context")
-    ctx = _named(doc.get("contexts"), str(name), "context")
-    cluster = _named(doc.get("clusters"), str(ctx.get("cluster")), "cluster")
-    user = _named(doc.get("users"), str(ctx.get("user")), "user") if ctx.get("user") else {}
-    if "exec" in user or "auth-provider" in user:
-        raise ValueError("kubeconfig: exec/auth-provider credentials are not supported; "
-                         "use a token or a client certificate")
-    server = cluster.get("server")
-    if not isinstance(server, str) or not server.startswith(("https://", "http://")):
-        raise ValueError("kubeconfig: cluster.server must be an http(s) URL")
-    headers: dict[str, str] = {}
-    token = user.get("token")
-    if not token and user.get("tokenFile"):
-        token = (path.parent / str(user["tokenFile"])).read_text().strip()
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    context_ssl = None
-    if server.startswith("https://"):
-        with tempfile.TemporaryDirectory() as tmp:
-            ca = _material(cluster, "certificate-authority", path.parent, Path(tmp))
-            context_ssl = ssl.create_default_context(cafile=ca)
-            if cluster.get("insecure-skip-tls-verify"):
-                context_ssl.check_hostname = False
-                context_ssl.verify_mode = ssl.CERT_NONE
-            cert = _material(user, "client-certificate", path.parent, Path(tmp))
-            key = _material(user, "client-key", path.parent, Path(tmp))
-            if cert:
-                context_ssl.load_cert_chain(cert, key)
-    return KubeTarget(server.rstrip("/"), headers, context_ssl)
+# Finished pods hold no resources; the API server drops them before paging.
+_RUNNING = ("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed")
 
 
 def _bound_at(pod: Mapping[str, Any]) -> float | None:
@@ -143,36 +69,26 @@ def nodes_from_items(items: Sequence[Any], *, now: float,
                       tuple(on_node[name]), tuple(recent[name])) for name, v in nodes.items()]
 
 
-async def _list(session: aiohttp.ClientSession, target: KubeTarget, path: str,
-                kind: str) -> list[Any]:
-    items: list[Any] = []
-    params = {"limit": "500"}
-    if kind == "Pod":
-        params["fieldSelector"] = "status.phase!=Succeeded,status.phase!=Failed"
-    while True:
-        async with session.get(f"{target.server}{path}", params=params,
-                               headers=dict(target.headers),
-                               ssl=target.ssl_context or True) as resp:
-            if resp.status != 200:
-                text = (await resp.text())[:200]
-                raise ClientError(f"Kubernetes API {path}: HTTP {resp.status}: {text}")
-            doc = await resp.json(content_type=None)
-        for item in doc.get("items") or ():
-            items.append({**item, "kind": kind})
-        token = (doc.get("metadata") or {}).get("continue")
-        if not token:
-            return items
-        params["continue"] = token
+async def fetch_nodes(kubeconfig: str, context: str | None = None, *, now: float,
+                      timeout_s: float = 15.0, recent_s: float = RECENT_S) -> list[NodeInput]:
+    """Nodes and pods from the API server, as :func:`nodes_from_items` reads them.
 
-
-async def fetch_nodes(target: KubeTarget, *, now: float, timeout_s: float = 15.0,
-                      recent_s: float = RECENT_S) -> list[NodeInput]:
-    """Nodes and pods from the API server, as :func:`nodes_from_items` reads them."""
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    ``timeout_s`` bounds each request. Raises ValueError (bad input) when the kubeconfig
+    cannot be loaded and ClientError when the API server fails; both are one line and never
+    quote a credential.
+    """
+    access = KubeAccess(kubeconfig=kubeconfig, context=context or "", timeout_s=timeout_s)
     try:
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            nodes = await _list(session, target, "/api/v1/nodes", "Node")
-            pods = await _list(session, target, "/api/v1/pods", "Pod")
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        raise ClientError(f"Kubernetes API {target.server}: {exc or type(exc).__name__}") from exc
-    return nodes_from_items(nodes + pods, now=now, recent_s=recent_s)
+        api = await open_client(access)
+    except ConfigError as exc:
+        raise ValueError(exc.message) from None
+    client = KubeClient(access, api)
+    try:
+        nodes = await client.list_all("/api/v1/nodes")
+        pods = await client.list_all("/api/v1/pods", [_RUNNING])
+    except ProviderError as exc:
+        raise ClientError(f"Kubernetes API: {exc.message}") from exc
+    finally:
+        await client.close()
+    items = [{**n, "kind": "Node"} for n in nodes] + [{**p, "kind": "Pod"} for p in pods]
+    return nodes_from_items(items, now=now, recent_s=recent_s)

@@ -1,10 +1,15 @@
 """Nodes from the Kubernetes API (a protocol-faithful fake: real paths, pagination, bearer
-auth, TLS with a CA from the kubeconfig), and node peak prediction."""
+auth, TLS with a CA from the kubeconfig; kubeconfig loading is kubernetes_asyncio's, as for
+the metrics-server provider), one-line errors for unusable kubeconfigs, and node peak
+prediction."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
 import ssl
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,10 +18,10 @@ import pytest
 import yaml
 from aiohttp import web
 from scoring_support import metrics, node, pod
-from tls import make_pki
+from tls import make_pki, server_context
 
 from loadwatcher.errors import ClientError
-from loadwatcher.scoring import kube
+from loadwatcher.scoring import cli, kube
 from loadwatcher.scoring.nodes import NodeInput
 from loadwatcher.scoring.predict import (
     PredictOptions,
@@ -27,6 +32,7 @@ from loadwatcher.scoring.predict import (
 )
 
 NOW = 1_700_000_000.0
+EXEC_API = "client.authentication.k8s.io/v1beta1"  # kubeconfig exec plugins' credential API
 NODE = {"metadata": {"name": "n1"}, "status": {
     "capacity": {"cpu": "8", "memory": "32Gi"}, "allocatable": {"cpu": "7500m",
                                                                "memory": "30Gi"}}}
@@ -104,42 +110,130 @@ async def test_fetch_nodes_with_token_file(tmp_path: Path, api: Any) -> None:
     runner, url, seen = await api()
     try:
         (tmp_path / "token").write_text("s3cret\n")
-        target = kube.load_kubeconfig(kubeconfig(tmp_path, url, {"tokenFile": "token"}))
-        (n,) = await kube.fetch_nodes(target, now=NOW)
+        (n,) = await kube.fetch_nodes(str(kubeconfig(tmp_path, url, {"tokenFile": "token"})),
+                                      now=NOW)
         assert [r.pod.name for r in n.recent_pods] == ["a"] and [p.name for p in n.pods] == ["b"]
-        bad = kube.load_kubeconfig(kubeconfig(tmp_path, url, {"token": "wrong"}))
-        with pytest.raises(ClientError, match="HTTP 401"):
-            await kube.fetch_nodes(bad, now=NOW)
         assert seen[0] == "Bearer s3cret"
+        with pytest.raises(ClientError, match="401 Unauthorized") as caught:
+            await kube.fetch_nodes(str(kubeconfig(tmp_path, url, {"token": "wrong"})), now=NOW)
+        assert "wrong" not in str(caught.value)  # the credential is never repeated
     finally:
         await runner.cleanup()
 
 
 async def test_fetch_nodes_over_tls_with_ca_data(tmp_path: Path, api: Any) -> None:
     pki = make_pki(tmp_path / "pki")
-    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    tls.load_cert_chain(pki.cert_file, pki.key_file)
-    runner, url, _ = await api(tls)
+    runner, url, _ = await api(server_context(pki))
     try:
         ca = base64.b64encode(pki.ca_file.read_bytes()).decode()
-        target = kube.load_kubeconfig(kubeconfig(tmp_path, url, {"token": "s3cret"},
-                                                 {"certificate-authority-data": ca}))
-        (n,) = await kube.fetch_nodes(target, now=NOW)
+        path = kubeconfig(tmp_path, url, {"token": "s3cret"}, {"certificate-authority-data": ca})
+        (n,) = await kube.fetch_nodes(str(path), now=NOW)
         assert n.name == "n1"
+        # Without the cluster's CA the server is not trusted.
+        other = base64.b64encode(make_pki(tmp_path / "other").ca_file.read_bytes()).decode()
+        path = kubeconfig(tmp_path, url, {"token": "s3cret"}, {"certificate-authority-data": other})
+        with pytest.raises(ClientError, match="certificate verify failed"):
+            await kube.fetch_nodes(str(path), now=NOW)
     finally:
         await runner.cleanup()
 
 
-@pytest.mark.parametrize(("user", "message"), [
-    ({"exec": {"command": "aws"}}, "exec/auth-provider"),
+async def test_fetch_nodes_with_client_certificate_files(tmp_path: Path, api: Any) -> None:
+    pki = make_pki(tmp_path / "pki")
+    runner, url, _ = await api(server_context(pki, require_client_cert=True))
+    try:
+        # Paths relative to the kubeconfig's folder, as kubectl reads them.
+        cluster = {"certificate-authority": "pki/ca.pem"}
+        user = {"token": "s3cret", "client-certificate": "pki/client.pem",
+                "client-key": "pki/client.key"}
+        (n,) = await kube.fetch_nodes(str(kubeconfig(tmp_path, url, user, cluster)), now=NOW)
+        assert n.name == "n1"
+        with pytest.raises(ClientError):  # the server refuses a client without a certificate
+            await kube.fetch_nodes(str(kubeconfig(tmp_path, url, {"token": "s3cret"}, cluster)),
+                                   now=NOW)
+    finally:
+        await runner.cleanup()
+
+
+async def test_fetch_nodes_with_exec_plugin_and_context(tmp_path: Path, api: Any) -> None:
+    runner, url, seen = await api()
+    try:
+        plugin = tmp_path / "credential.py"
+        credential = {"apiVersion": EXEC_API, "kind": "ExecCredential",
+                      "status": {"token": "s3cret"}}
+        plugin.write_text(f"print({json.dumps(credential)!r})\n")
+        path = kubeconfig(tmp_path, "http://127.0.0.1:1", {"token": "unused"})
+        doc = yaml.safe_load(path.read_text())
+        doc["contexts"].append({"name": "other", "context": {"cluster": "c2", "user": "u2"}})
+        doc["clusters"].append({"name": "c2", "cluster": {"server": url}})
+        doc["users"].append({"name": "u2", "user": {"exec": {
+            "apiVersion": EXEC_API, "command": sys.executable, "args": [str(plugin)]}}})
+        path.write_text(yaml.safe_dump(doc))
+        (n,) = await kube.fetch_nodes(str(path), "other", now=NOW)
+        assert n.name == "n1" and seen == ["Bearer s3cret"]
+    finally:
+        await runner.cleanup()
+
+
+def score(capsys: pytest.CaptureFixture[str], tmp_path: Path, path: Path,
+          *extra: str) -> tuple[int, str, str]:
+    (tmp_path / "pod.yaml").write_text("containers: [{resources: {requests: {cpu: 1}}}]")
+    code = cli.main(["score", "--kubeconfig", str(path), *extra, "--watcher",
+                     str(tmp_path / "watcher.json"), "--pod", str(tmp_path / "pod.yaml")])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(("setup", "message"), [
+    ("missing", "no such file"),
+    ("bad_yaml", "not valid YAML at line"),
+    ("not_a_mapping", "not a usable kubeconfig"),
+    ("no_context", "other"),
+    ("no_server", "server must be an http(s) URL"),
+    ("bad_ca_data", "unusable CA"),
+    ("exec_fails", "exec: process returned 3"),
+    ("missing_token_file", "token-file"),
 ])
-def test_unsupported_kubeconfig(tmp_path: Path, user: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        kube.load_kubeconfig(kubeconfig(tmp_path, "https://k", user))
-    with pytest.raises(ValueError, match="no context named 'other'"):
-        kube.load_kubeconfig(kubeconfig(tmp_path, "https://k", {}), "other")
-    with pytest.raises(ValueError, match="kubeconfig"):
-        kube.load_kubeconfig(tmp_path / "missing")
+def test_unusable_kubeconfig_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         setup: str, message: str) -> None:
+    server = "https://127.0.0.1:1"
+    path = kubeconfig(tmp_path, server, {"token": "s3cret"})
+    extra: list[str] = []
+    if setup == "missing":
+        path = tmp_path / "missing"
+    elif setup == "bad_yaml":  # the broken line holds the token: it must not be quoted
+        path.write_text(path.read_text().replace("token: s3cret", "token: s3cret: [oops"))
+    elif setup == "not_a_mapping":
+        path.write_text("- s3cret\n")
+    elif setup == "no_context":
+        extra = ["--context", "other"]
+    elif setup == "no_server":
+        path.write_text(path.read_text().replace("server:", "address:"))
+    elif setup == "bad_ca_data":
+        ca = base64.b64encode(b"not a certificate").decode()
+        path = kubeconfig(tmp_path, server, {"token": "s3cret"}, {"certificate-authority-data": ca})
+    elif setup == "exec_fails":
+        path = kubeconfig(tmp_path, server, {"exec": {
+            "apiVersion": EXEC_API, "command": sys.executable, "args": ["-c", "exit(3)"]}})
+    elif setup == "missing_token_file":
+        path = kubeconfig(tmp_path, server, {"tokenFile": "token-file"})
+    code, out, err = score(capsys, tmp_path, path, *extra)
+    assert (code, out) == (2, ""), err
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err
+    assert err.startswith("loadwatcher score: error: ") and "s3cret" not in err
+
+
+async def test_api_failure_is_one_line_exit_1(tmp_path: Path, api: Any,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    runner, url, _ = await api()
+    try:
+        path = kubeconfig(tmp_path, url, {"token": "wrong-secret"})
+        # The command runs its own event loop, so it runs in a thread beside the fake's.
+        code, out, err = await asyncio.to_thread(score, capsys, tmp_path, path)
+    finally:
+        await runner.cleanup()
+    assert (code, out) == (1, "") and err.count("\n") == 1 and "401 Unauthorized" in err
+    assert "wrong-secret" not in err
 
 
 # --- prediction --------------------------------------------------------------------------
