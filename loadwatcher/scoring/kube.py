@@ -16,8 +16,6 @@ from datetime import datetime
 from typing import Any
 
 from loadwatcher.errors import ClientError, ConfigError, ProviderError
-from loadwatcher.providers.kube import KubeClient
-from loadwatcher.providers.kubeaccess import KubeAccess, open_client
 from loadwatcher.scoring.nodes import NodeInput, RecentPod
 from loadwatcher.scoring.pods import Pod, parse_pod, parse_resource_list
 
@@ -77,6 +75,10 @@ async def fetch_nodes(kubeconfig: str, context: str | None = None, *, now: float
     cannot be loaded and ClientError when the API server fails; both are one line and never
     quote a credential.
     """
+    # kubernetes_asyncio takes ~0.3 s to import: only a --kubeconfig run pays for it.
+    from loadwatcher.providers.kube import KubeClient
+    from loadwatcher.providers.kubeaccess import KubeAccess, open_client
+
     access = KubeAccess(kubeconfig=kubeconfig, context=context or "", timeout_s=timeout_s)
     try:
         api = await open_client(access)
