@@ -1,7 +1,8 @@
 """A Snapshot rendered to response bytes, so that requests never compute on the event loop.
 
 The body every scheduler asks for — the default format of the default window — is rendered,
-gzip-compressed and hashed when the snapshot is published, in the cycle's worker thread.
+gzip-compressed and hashed when the snapshot is published, in the cycle's worker thread
+(~30 ms at 5,000 nodes: ``renderbytes`` ~19 ms, ISA-L gzip ~9 ms, the ETag ~1 ms).
 Every other body (another window, the KEP format, one node) is rendered at most once per
 snapshot, on first request, in a worker thread; concurrent first requests wait for the same
 rendering. At 5,000 nodes a body is ~10 MB of JSON: rendering all six window/format bodies
@@ -17,11 +18,17 @@ import struct
 import threading
 from dataclasses import dataclass, field
 
-from loadwatcher import render, snapshot
+from isal import igzip
+
+from loadwatcher import render, renderbytes, snapshot
 from loadwatcher.render import Format
 from loadwatcher.snapshot import Snapshot
 
-GZIP_LEVEL = 6
+# ISA-L's level 1 against zlib's level 6 on the 10.9 MB default body at 5,000 nodes: 8.5 ms
+# instead of 94 ms, for 1.26 MB instead of 1.13 MB (+11 %); zlib's level 1 takes 36 ms for
+# 1.43 MB. At 1,000 nodes: 1.6 ms / 253 kB against 18.7 ms / 227 kB. Clients only need valid
+# gzip, and a body is compressed once per snapshot whoever asks for it.
+GZIP_LEVEL = 1
 
 BodyKey = tuple[str, Format, str | None]
 
@@ -36,18 +43,17 @@ class Body:
 
 
 def make_body(raw: bytes) -> Body:
-    digest = hashlib.blake2b(raw, digest_size=12).hexdigest()
-    return Body(raw, gzip.compress(raw, GZIP_LEVEL, mtime=0), f'"{digest}"')
+    gz = igzip.compress(raw, GZIP_LEVEL, mtime=0)
+    # The compressed bytes identify the body as well as the plain ones (compression is
+    # deterministic and lossless) and are ~9 times fewer to hash: 1 ms instead of 11 ms.
+    digest = hashlib.blake2b(gz, digest_size=12).hexdigest()
+    return Body(raw, gz, f'"{digest}"')
 
 
 def render_body(snapshot: Snapshot, window: str, fmt: Format, node: str | None) -> Body | None:
     """The body for a window and format, all nodes or one (None if that node has no data)."""
-    doc = render.document(snapshot, window, fmt, only=node)
-    if node is not None:
-        nodes = doc["data"]["NodeMetricsMap"] if fmt is Format.DEFAULT else doc["data"]
-        if not nodes:
-            return None
-    return make_body(render.encode(doc))
+    raw = renderbytes.encode(snapshot, window, fmt, only=node)
+    return None if raw is None else make_body(raw)
 
 
 @dataclass
