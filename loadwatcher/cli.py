@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from loadwatcher import __version__, config
+from loadwatcher import __version__, config, memory
 from loadwatcher.errors import ConfigError
 
 EXIT_CONFIG = 2
@@ -85,6 +85,7 @@ def _serve(args: argparse.Namespace) -> int:
         level=settings.log.level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    memory.configure()  # before any thread starts: arenas are made per thread
     from loadwatcher import app  # imported late: `config check` need not load aiohttp
 
     try:

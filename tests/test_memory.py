@@ -1,0 +1,61 @@
+"""glibc allocator settings for the service (memory.configure), checked through mallinfo2.
+
+Each case runs in a fresh interpreter: the allocator's state is per process.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import ctypes, sys
+import numpy as np
+from loadwatcher import memory
+
+class Info(ctypes.Structure):
+    names = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+    _fields_ = [(n, ctypes.c_size_t) for n in names.split()]
+
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Info
+if sys.argv[1] == "configure":
+    assert memory.configure()
+big = np.ones(8 << 20, np.uint8)
+del big  # by default glibc now raises its mmap threshold to 8 MiB
+before = libc.mallinfo2().hblkhd
+mid = np.ones(3 << 20, np.uint8)
+print("mmapped" if libc.mallinfo2().hblkhd - before >= 3 << 20 else "heap")
+"""
+
+glibc_only = pytest.mark.skipif(
+    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
+    reason="mallopt/mallinfo2 are glibc's",
+)
+
+
+def probe(*args: str, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@glibc_only
+def test_large_buffers_stay_out_of_the_heap_once_configured() -> None:
+    # Without it, a freed 8 MiB array makes the next 3 MiB one come from the heap, where
+    # it fragments what malloc_trim can give back; with it every buffer over 1 MiB is its
+    # own mapping, returned to the system when freed.
+    assert probe("default") == "heap"
+    assert probe("configure") == "mmapped"
+
+
+@glibc_only
+def test_the_environment_wins_over_the_built_in_setting() -> None:
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(16 << 20)}
+    assert probe("configure", env=env) == "heap"
