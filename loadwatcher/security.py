@@ -12,7 +12,6 @@ import hmac
 import logging
 import os
 import ssl
-from collections.abc import Awaitable, Callable
 
 import orjson
 from aiohttp import web
@@ -20,8 +19,6 @@ from aiohttp import web
 log = logging.getLogger("loadwatcher.security")
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _stamp(path: str) -> tuple[float, int] | None:
@@ -65,26 +62,18 @@ class TokenFile:
         return matched
 
 
-def auth_middleware(
-    tokens: TokenFile, protect_metrics: bool
-) -> Callable[..., Awaitable[web.StreamResponse]]:
-    @web.middleware
-    async def require_token(request: web.Request, handler: Handler) -> web.StreamResponse:
-        path = request.path
-        if path in OPEN_PATHS or (path == "/metrics" and not protect_metrics):
-            return await handler(request)
-        if tokens.accepts(request.headers.get("Authorization")):
-            return await handler(request)
-        return web.Response(
-            status=401,
-            body=orjson.dumps(
-                {"error": "unauthorized", "message": "a valid bearer token is required"}
-            ),
-            content_type="application/json",
-            headers={"WWW-Authenticate": 'Bearer realm="loadwatcher"'},
-        )
+def needs_token(path: str, protect_metrics: bool) -> bool:
+    """Whether a request for ``path`` must carry a token (probes never do)."""
+    return path not in OPEN_PATHS and (protect_metrics or path != "/metrics")
 
-    return require_token
+
+def unauthorized() -> web.Response:
+    return web.Response(
+        status=401,
+        body=orjson.dumps({"error": "unauthorized", "message": "a valid bearer token is required"}),
+        content_type="application/json",
+        headers={"WWW-Authenticate": 'Bearer realm="loadwatcher"'},
+    )
 
 
 class TlsReloader:
