@@ -13,6 +13,10 @@ Rules, per node and resource, evaluated at ``now`` over the samples the store ho
 
 Out-of-range and non-finite samples never get here: the store drops and counts them.
 A node's ``quality`` is its worst resource's, in the order of ``SEVERITY``.
+
+Cost: every rule is vectorised across series. ``frozen`` and ``low_coverage`` are first
+bounded cheaply (the last few values; the shortest interval), and only the series the
+bound cannot clear get the exact computation (trailing run, median interval).
 """
 
 from __future__ import annotations
@@ -20,13 +24,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import compress
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from loadwatcher import rollups
 from loadwatcher.model import LONGEST_WINDOW_S, FloatArray, Resource
 from loadwatcher.store import Columns, IntArray
+
+BoolArray = npt.NDArray[np.bool_]
+CodeArray = npt.NDArray[np.int8]
 
 DEFAULT_STALE_AFTER_S = 300.0
 DEFAULT_FROZEN_AFTER_S = 600.0
@@ -44,7 +53,8 @@ class Quality(StrEnum):
 
 
 # Worst last: a node's quality is the maximum of its resources' in this order.
-SEVERITY = {q: i for i, q in enumerate(Quality)}
+QUALITIES: tuple[Quality, ...] = tuple(Quality)
+SEVERITY = {q: i for i, q in enumerate(QUALITIES)}
 
 
 @dataclass(frozen=True)
@@ -70,87 +80,115 @@ def series_quality(
     n_series: int,
     now: float,
     thresholds: Thresholds,
-) -> list[Quality | None]:
-    """Quality of every series id (None for a series with no sample held)."""
-    counts = np.bincount(cols.sid, minlength=n_series)
-    result: list[Quality | None] = [None] * n_series
+) -> CodeArray:
+    """Quality of every series id as its index in ``QUALITIES`` (-1: no sample held)."""
+    codes = np.full(n_series, -1, np.int8)
     if cols.ts.shape[0] == 0:
-        return result
-    ordered = rollups.series_time_order(cols)  # free: the store keeps this order
-    s_sid, s_ts, s_val = ordered.sid, ordered.ts, ordered.val
-    present = np.flatnonzero(counts)
-    starts = np.concatenate(([0], np.cumsum(counts[present])[:-1]))
-    last = starts + counts[present] - 1
-    newest = s_ts[last]
-
-    stale = (now - newest) > thresholds.stale_after_s
-    frozen = _frozen(s_sid, s_ts, s_val, starts, last, thresholds.frozen_after_s)
-    low = _low_coverage(s_sid, s_ts, counts, present, starts, now, thresholds.min_coverage)
-    for i, series in enumerate(present.tolist()):
-        if stale[i]:
-            result[series] = Quality.STALE
-        elif frozen[i]:
-            result[series] = Quality.FROZEN
-        elif low[i]:
-            result[series] = Quality.LOW_COVERAGE
-        else:
-            result[series] = Quality.OK
-    return result
+        return codes
+    runs = rollups.series_runs(cols)
+    ordered, held, starts, stops = runs.cols, runs.sids, runs.starts, runs.stops
+    stale = (now - ordered.ts[stops - 1]) > thresholds.stale_after_s
+    frozen = _frozen(ordered, starts, stops, thresholds.frozen_after_s)
+    low = _low_coverage(ordered, starts, stops, now, thresholds.min_coverage)
+    codes[held] = np.select(
+        [stale, frozen, low],
+        [SEVERITY[Quality.STALE], SEVERITY[Quality.FROZEN], SEVERITY[Quality.LOW_COVERAGE]],
+        SEVERITY[Quality.OK],
+    )
+    return codes
 
 
 def _frozen(
-    s_sid: IntArray,
-    s_ts: FloatArray,
-    s_val: FloatArray,
-    starts: IntArray,
-    last: IntArray,
-    frozen_after_s: float,
-) -> np.ndarray:
+    ordered: Columns, starts: IntArray, stops: IntArray, frozen_after_s: float
+) -> BoolArray:
     """Series whose trailing run of identical values lasts ``frozen_after_s`` or more."""
+    result = np.zeros(starts.shape[0], bool)
     if frozen_after_s <= 0:
-        return np.zeros(starts.shape[0], bool)
-    n = s_ts.shape[0]
-    idx = np.arange(n)
-    change = np.ones(n, bool)
-    change[1:] = (s_val[1:] != s_val[:-1]) | (s_sid[1:] != s_sid[:-1])
-    run_start = np.maximum.reduceat(np.where(change, idx, 0), starts)
-    run_len = last - run_start + 1
-    duration = s_ts[last] - s_ts[run_start]
-    return np.asarray((duration >= frozen_after_s) & (run_len >= FROZEN_MIN_SAMPLES))
+        return result
+    val, ts = ordered.val, ordered.ts
+    last = val[stops - 1]
+    # Only a series whose last FROZEN_MIN_SAMPLES values are equal can be frozen: find
+    # those with a few gathers, measure the runs of those alone.
+    maybe = stops - starts >= FROZEN_MIN_SAMPLES
+    for back in range(2, FROZEN_MIN_SAMPLES + 1):
+        maybe &= val[np.maximum(stops - back, 0)] == last
+    candidates = np.flatnonzero(maybe)
+    if candidates.shape[0] == 0:
+        return result
+    run = _trailing_run(val, starts[candidates], stops[candidates])
+    duration = ts[stops[candidates] - 1] - ts[stops[candidates] - run]
+    result[candidates] = (duration >= frozen_after_s) & (run >= FROZEN_MIN_SAMPLES)
+    return result
+
+
+def _trailing_run(val: FloatArray, starts: IntArray, stops: IntArray) -> IntArray:
+    """Per series ``val[starts[i]:stops[i]]``, how many values at its end equal its last."""
+    count = stops - starts
+    run = np.empty(count.shape[0], np.int64)
+    widest = int(count.max())
+    padded = np.concatenate((np.full(widest, np.nan), val))
+    for rows in rollups.length_groups(count):
+        width = int(count[rows].max())
+        block = rollups.right_aligned(padded, stops[rows] + widest, width)
+        differs = block != block[:, -1:]
+        differs |= rollups.prefix_mask(width, width - count[rows])  # before the series
+        # The last column never differs (values are finite), so 0 means no column does.
+        from_end = np.argmax(differs[:, ::-1], axis=1)
+        run[rows] = np.where(from_end > 0, from_end, width)
+    return run
 
 
 def _low_coverage(
-    s_sid: IntArray,
-    s_ts: FloatArray,
-    counts: IntArray,
-    present: IntArray,
-    starts: IntArray,
-    now: float,
-    min_coverage: float,
-) -> np.ndarray:
-    """Series with fewer samples in the longest window than their own cadence implies."""
+    ordered: Columns, starts: IntArray, stops: IntArray, now: float, min_coverage: float
+) -> BoolArray:
+    """Series with fewer samples in the longest window than their own cadence implies:
+    ``count < min_coverage · max(LONGEST_WINDOW_S / median interval, 1)``."""
     if min_coverage <= 0:
-        return np.zeros(present.shape[0], bool)
-    in_window = s_ts >= now - LONGEST_WINDOW_S
-    window_counts = np.bincount(s_sid[in_window], minlength=counts.shape[0])[present]
-    # Median interval between consecutive samples of the same series.
-    same = s_sid[1:] == s_sid[:-1]
-    d_sid = s_sid[1:][same]
-    diffs = (s_ts[1:] - s_ts[:-1])[same]
-    d_counts = np.bincount(d_sid, minlength=counts.shape[0])[present]
-    median = np.full(present.shape[0], np.inf)
-    has = d_counts > 0
-    if diffs.shape[0]:
-        by = np.lexsort((diffs, d_sid))
-        sorted_d = diffs[by]
-        d_starts = np.concatenate(([0], np.cumsum(d_counts)[:-1]))
-        lo = d_starts + (d_counts - 1) // 2
-        hi = d_starts + d_counts // 2
-        lo, hi = np.minimum(lo, sorted_d.shape[0] - 1), np.minimum(hi, sorted_d.shape[0] - 1)
-        median = np.where(has, (sorted_d[lo] + sorted_d[hi]) / 2, np.inf)
-    expected = np.where(median > 0, LONGEST_WINDOW_S / np.maximum(median, 1e-9), np.inf)
-    expected = np.maximum(expected, 1.0)
-    return np.asarray(window_counts < min_coverage * expected)
+        return np.zeros(starts.shape[0], bool)
+    ts = ordered.ts
+    in_window = stops - starts - rollups.count_flagged(ts < now - LONGEST_WINDOW_S, starts)
+    # Intervals between consecutive samples of a series; +inf after each series' last.
+    gaps = np.empty(ts.shape[0])
+    np.subtract(ts[1:], ts[:-1], out=gaps[:-1])
+    gaps[stops - 1] = np.inf
+    # The median interval is at least the shortest, so the shortest bounds what a series
+    # needs: most are covered even by that bound, and only the others need their median
+    # (a sort of their intervals). Every step is monotonic, so the shortcut is exact.
+    shortest = np.minimum.reduceat(gaps, starts)
+    low = in_window < min_coverage * _expected(shortest)
+    unsure = np.flatnonzero(low)
+    if unsure.shape[0]:
+        median = _median_gap(gaps, starts[unsure], stops[unsure] - 1)
+        low[unsure] = in_window[unsure] < min_coverage * _expected(median)
+    return low
+
+
+def _expected(interval: FloatArray) -> FloatArray:
+    """Samples a full longest window holds at one sample per ``interval`` (at least 1)."""
+    expected = np.where(interval > 0, LONGEST_WINDOW_S / np.maximum(interval, 1e-9), np.inf)
+    return np.maximum(expected, 1.0)
+
+
+def _median_gap(gaps: FloatArray, starts: IntArray, stops: IntArray) -> FloatArray:
+    """Median of ``gaps[starts[i]:stops[i]]`` per series (+inf when empty)."""
+    count = stops - starts
+    median = np.full(count.shape[0], np.inf)
+    some = np.flatnonzero(count)
+    if some.shape[0] == 0:
+        return median
+    widest = int(count.max())
+    padded = np.concatenate((np.full(widest, np.inf), gaps))
+    for group in rollups.length_groups(count[some]):
+        rows = some[group]
+        n = count[rows]
+        width = int(n.max())
+        block = rollups.right_aligned(padded, stops[rows] + widest, width)
+        np.copyto(block, np.inf, where=rollups.prefix_mask(width, width - n))
+        block.sort(axis=1)  # gaps are finite: the padding (+inf) goes last
+        flat = block.ravel()
+        base = np.arange(rows.shape[0]) * width
+        median[rows] = (flat[base + (n - 1) // 2] + flat[base + n // 2]) / 2
+    return median
 
 
 def analyse(
@@ -162,32 +200,53 @@ def analyse(
     known_nodes: Iterable[str] = (),
     disagreeing: Mapping[str, set[Resource]] | None = None,
 ) -> Report:
-    """Tags for every node that has a sample, plus the nodes in each quality state."""
-    thresholds = thresholds or Thresholds()
-    per_series = series_quality(cols, len(keys), now, thresholds)
-    disagreeing = disagreeing or {}
-    detail: dict[str, dict[str, Quality]] = {}
-    newest: dict[str, float] = {}
-    for (node, resource), quality, t in zip(
-        keys, per_series, newest_by_series.tolist(), strict=True
-    ):
-        if quality is None:
-            continue
-        if quality is Quality.OK and resource in disagreeing.get(node, ()):
-            quality = Quality.DISAGREES
-        detail.setdefault(node, {})[str(resource)] = quality
-        newest[node] = max(newest.get(node, -np.inf), t)
-    tags: dict[str, dict[str, Any]] = {}
-    by_quality: dict[Quality, list[str]] = {}
-    for node in sorted(detail):
-        resources = detail[node]
-        worst = max(resources.values(), key=SEVERITY.__getitem__)
-        by_quality.setdefault(worst, []).append(node)
-        node_tags: dict[str, Any] = {"quality": str(worst), "lastSample": int(newest[node])}
-        if worst is not Quality.OK:
-            node_tags["detail"] = {r: str(q) for r, q in sorted(resources.items())}
-        tags[node] = node_tags
-    missing = sorted(set(known_nodes) - set(detail))
+    """Tags for every node that has a sample, plus the nodes in each quality state.
+
+    Qualities are worked out per series and per node in numpy; Python visits each node
+    once to build its tags, and only the series of nodes that are not ok for ``detail``.
+    """
+    codes = series_quality(cols, len(keys), now, thresholds or Thresholds())
+    if disagreeing:
+        pairs = {(node, r) for node, resources in disagreeing.items() for r in resources}
+        flagged = np.array([sid for sid, key in enumerate(keys) if key in pairs], np.int64)
+        codes[flagged[codes[flagged] == SEVERITY[Quality.OK]]] = SEVERITY[Quality.DISAGREES]
+    held = np.flatnonzero(codes >= 0)
+    series_node = [node for node, _ in compress(keys, (codes >= 0).tolist())]
+    nodes = sorted(dict.fromkeys(series_node))
+    position = {node: i for i, node in enumerate(nodes)}
+    node_of = np.fromiter(map(position.__getitem__, series_node), np.int64, len(series_node))
+    worst = np.zeros(len(nodes), np.int8)  # every node has a series, so a code >= 0
+    np.maximum.at(worst, node_of, codes[held])
+    newest = np.full(len(nodes), -np.inf)
+    np.maximum.at(newest, node_of, newest_by_series[held])
+    tags: dict[str, dict[str, Any]] = {
+        node: {"quality": _NAMES[code], "lastSample": t}
+        for node, code, t in zip(
+            nodes, worst.tolist(), newest.astype(np.int64).tolist(), strict=True
+        )
+    }
+    not_ok = held[worst[node_of] != SEVERITY[Quality.OK]]
+    for node, resources in _detail(keys, not_ok, codes[not_ok]).items():
+        tags[node]["detail"] = resources
+    by_quality: dict[Quality, tuple[str, ...]] = {}
+    seen, first = np.unique(worst, return_index=True)
+    for code in seen[np.argsort(first)].tolist():  # in the order of each one's first node
+        by_quality[QUALITIES[code]] = tuple(compress(nodes, (worst == code).tolist()))
+    missing = sorted(set(known_nodes) - set(position))
     if missing:
-        by_quality[Quality.MISSING] = missing
-    return Report(tags, {q: tuple(v) for q, v in by_quality.items()})
+        by_quality[Quality.MISSING] = tuple(missing)
+    return Report(tags, by_quality)
+
+
+def _detail(
+    keys: list[tuple[str, Resource]], sids: IntArray, codes: CodeArray
+) -> dict[str, dict[str, str]]:
+    """Per node, the quality of each of the given series, by resource name (sorted)."""
+    detail: dict[str, dict[str, str]] = {}
+    for sid, code in zip(sids.tolist(), codes.tolist(), strict=True):
+        node, resource = keys[sid]
+        detail.setdefault(node, {})[str(resource)] = _NAMES[code]
+    return {node: dict(sorted(resources.items())) for node, resources in detail.items()}
+
+
+_NAMES = [str(q) for q in QUALITIES]
