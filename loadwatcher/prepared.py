@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import os
 import time
 from email.utils import formatdate
@@ -29,6 +30,8 @@ from email.utils import formatdate
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http import SERVER_SOFTWARE
+
+log = logging.getLogger("loadwatcher.prepared")
 
 CONTENT_TYPE = "application/json"
 # A complete response (head + body) is cached per second up to this size; bigger bodies
@@ -200,7 +203,9 @@ class PreparedResponse(web.StreamResponse):
 
 # -- sendfile -------------------------------------------------------------------------------
 
-_SENDFILE = hasattr(os, "memfd_create") and hasattr(os, "sendfile")
+# Off where the platform lacks memfd/sendfile, and for good after a memfd fails (a sandbox
+# that forbids it, a full tmpfs): responses are then written through the transport.
+_spooling = hasattr(os, "memfd_create") and hasattr(os, "sendfile")
 
 
 def _spool(data: bytes) -> io.FileIO | None:
@@ -209,12 +214,22 @@ def _spool(data: bytes) -> io.FileIO | None:
     A new file per second and variant, never rewritten: the kernel may still be sending
     the pages of an older one. It closes when the last response holding it is gone.
     """
-    if not _SENDFILE:
+    global _spooling
+    if not _spooling:
         return None
-    spool = io.FileIO(os.memfd_create("loadwatcher-body", os.MFD_CLOEXEC), "r+")
-    view = memoryview(data)
-    while view:
-        view = view[spool.write(view) or 0 :]
+    try:
+        spool = io.FileIO(os.memfd_create("loadwatcher-body", os.MFD_CLOEXEC), "r+")
+        written = 0
+        with memoryview(data) as view:
+            while written < len(data):
+                step = spool.write(view[written:])
+                if not step:
+                    raise OSError("memory file took no bytes")
+                written += step
+    except OSError as exc:
+        _spooling = False
+        log.warning("responses are written without sendfile: %s", exc)
+        return None
     return spool
 
 

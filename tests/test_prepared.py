@@ -290,3 +290,19 @@ async def test_keep_alive_over_tls_is_encrypted_not_sent_from_the_file(tmp_path)
     finally:
         await runner.cleanup()
         await engine.close()
+
+
+async def test_without_memory_files_responses_are_written_whole(served, monkeypatch) -> None:
+    """A sandbox that forbids memfd: logged once, then the transport carries everything."""
+    client, _, body = served
+
+    def refuse(*_: object) -> int:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(prepared.os, "memfd_create", refuse)
+    monkeypatch.setattr(prepared, "_spooling", True)
+    monkeypatch.setattr(prepared.time, "time", lambda: 12345.0)  # a second not cached yet
+    for _ in range(2):
+        resp = await client.get("/watcher", headers={"Accept-Encoding": "identity"})
+        assert resp.status == 200 and await resp.read() == body.raw
+    assert prepared._spooling is False
