@@ -111,6 +111,7 @@ def encode(snap: Snapshot, window: str, fmt: Format, only: str | None = None) ->
         glue.extend(inner[resource])
     assert node is not None
 
+    # Values in wire order, each as orjson writes it: a JSON number never holds a comma.
     columns = np.column_stack([stats.values[op] for op in WIRE_OPERATORS])
     numbers = orjson.dumps(columns[order].ravel().tolist())[1:-1].split(b",")
     parts: list[bytes] = [b""] * (2 * len(numbers) + 1)
