@@ -148,17 +148,20 @@ class Probe:
             journal: Any = engine.journal
             journal.write_cycle = self._timed_async("journal write", journal.write_cycle)
         http = getattr(provider, "_http", None)
-        request_json = getattr(http, "request_json", None)
-        if http is None or request_json is None:
+        if http is None or not hasattr(http, "request_json"):
             raise RuntimeError("cannot record the provider's requests (no _http.request_json)")
-        address = http.settings.address
+        # Prometheus reads raw bytes (request_bytes), the other providers decoded JSON.
+        for name in ("request_json", "request_bytes"):
+            if hasattr(http, name):
+                setattr(http, name, self._recording(http.settings.address, getattr(http, name)))
 
+    def _recording(self, address: str, request: Callable[..., Any]) -> Callable[..., Any]:
         async def recording(method: str, path: str, **kwargs: Any) -> Any:
             params = tuple(sorted((kwargs.get("params") or {}).items()))
             self.requests.append((method, address + path, params))
-            return await request_json(method, path, **kwargs)
+            return await request(method, path, **kwargs)
 
-        http.request_json = recording
+        return recording
 
     def close(self) -> None:
         self._stack.close()

@@ -165,7 +165,7 @@ class Engine:
         status.notices = list(result.notices)
         for err in result.errors:
             self.metrics.provider_errors.labels(str(err.kind)).inc()
-        added = self.store.add(result.series)
+        added = self.store.add([*result.series, *result.batches])
         self._count(added)
         self.store.trim(now - self.options.retention_s)
         self.node_info.update(result.node_info)
@@ -207,7 +207,7 @@ class Engine:
         if self.second_error is not None:
             log.info("corroborating provider answers again")
         self.second_error = None
-        self.second_store.add(result.series)
+        self.second_store.add([*result.series, *result.batches])
         self.second_store.trim(now - self.options.retention_s)
 
     def _disagreeing(self, now: float) -> dict[str, set[Resource]]:

@@ -6,6 +6,7 @@ values as float64 percent of node capacity), never as per-sample Python objects.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -15,6 +16,7 @@ import numpy.typing as npt
 from loadwatcher.errors import ProviderError
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 
 class Resource(StrEnum):
@@ -102,14 +104,48 @@ class Series:
 
 
 @dataclass(frozen=True)
+class SeriesBatch:
+    """Raw samples of many series in flat columns, without a Python object per series.
+
+    Series ``i`` is ``keys[i]`` and owns ``lengths[i]`` consecutive samples of ``ts``
+    (seconds) and ``values`` (percent), right after those of series ``i - 1``, in the
+    backend's order (ascending in time for every real backend). A key may repeat — one
+    node exported under two ``job`` labels — and the store merges the repeats, the later
+    series winning at equal timestamps.
+    """
+
+    keys: list[tuple[str, Resource]]
+    lengths: IntArray
+    ts: FloatArray
+    values: FloatArray
+
+    @staticmethod
+    def of(series: Sequence[Series]) -> SeriesBatch:
+        """One batch holding ``series`` in order."""
+        if not series:
+            return SeriesBatch([], np.empty(0, np.int64), np.empty(0), np.empty(0))
+        return SeriesBatch(
+            [(s.node, s.resource) for s in series],
+            np.fromiter((s.ts.shape[0] for s in series), np.int64, len(series)),
+            np.concatenate([s.ts for s in series]).astype(np.float64, copy=False),
+            np.concatenate([s.values for s in series]).astype(np.float64, copy=False),
+        )
+
+    @property
+    def nodes(self) -> frozenset[str]:
+        return frozenset(node for node, _ in self.keys)
+
+
+@dataclass(frozen=True)
 class FetchResult:
     """What one provider fetch produced.
 
     ``series``: new raw samples (may overlap what was fetched before; the store dedupes).
-    ``errors``: queries that failed; the others' samples are still in ``series``.
+    ``errors``: queries that failed; the others' samples are still in ``series``/``batches``.
     ``known_nodes``: nodes the backend knows (node list), with or without samples.
     ``node_info``: per node, extra facts for the wire ``metadata`` (capacity, allocatable).
     ``notices``: human advice for /watcher/health, e.g. missing recording rules.
+    ``batches``: more raw samples like ``series``, many series per batch (bulk parsers).
     """
 
     series: list[Series] = field(default_factory=list)
@@ -117,3 +153,4 @@ class FetchResult:
     known_nodes: frozenset[str] = frozenset()
     node_info: dict[str, dict[str, str]] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
+    batches: list[SeriesBatch] = field(default_factory=list)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from loadwatcher.model import FloatArray, Resource, Series
+from loadwatcher.model import FloatArray, Resource, Series, SeriesBatch
 
 IntArray = npt.NDArray[np.int64]
 
@@ -78,6 +78,15 @@ class SampleStore:
                 self._newest = grown
         return sid
 
+    def _ids(self, keys: list[tuple[str, Resource]]) -> IntArray:
+        """The series id of each key, numbering new ones in order: one dict lookup each."""
+        ids = list(map(self._index.get, keys))
+        if None in ids:
+            for i, sid in enumerate(ids):
+                if sid is None:
+                    ids[i] = self.series_id(*keys[i])
+        return np.array(ids, np.int64)
+
     def newest(self) -> float | None:
         """Timestamp of the newest sample held, or None when empty."""
         if len(self._cols) == 0:
@@ -88,17 +97,21 @@ class SampleStore:
         """Newest sample time per series id (-inf when the series has none)."""
         return self._newest[: len(self._keys)].copy()
 
-    def add(self, series: Iterable[Series]) -> AddResult:
-        """Merge new samples in; drop duplicates and values that are not a utilisation."""
-        parts = [s for s in series if s.ts.shape[0]]
+    def add(self, parts: Iterable[Series | SeriesBatch]) -> AddResult:
+        """Merge new samples in; drop duplicates and values that are not a utilisation.
+
+        At equal (series, timestamp) the sample given last wins, as within one answer.
+        """
+        batch = _concatenated(parts)
         dropped = {"non_finite": 0, "negative": 0, "over_100": 0}
-        if not parts:
+        keys, lengths = batch.keys, batch.lengths
+        if not lengths.all():  # an empty series gets no id
+            keys = [k for k, n in zip(keys, lengths.tolist(), strict=True) if n]
+            lengths = lengths[lengths > 0]
+        if not keys:
             return AddResult(_empty_columns(), dropped)
-        ids = np.fromiter((self.series_id(p.node, p.resource) for p in parts), np.int64, len(parts))
-        lengths = np.fromiter((p.ts.shape[0] for p in parts), np.int64, len(parts))
-        sid = np.repeat(ids, lengths)
-        ts = np.concatenate([p.ts for p in parts]).astype(np.float64, copy=False)
-        val = np.concatenate([p.values for p in parts]).astype(np.float64, copy=False)
+        sid = np.repeat(self._ids(keys), lengths)
+        ts, val = batch.ts, batch.values
 
         bad_ts = ~np.isfinite(ts)
         dropped["non_finite"] += int(bad_ts.sum())
@@ -143,6 +156,30 @@ class SampleStore:
         if n:
             self._cols = Columns(self._cols.sid[keep], self._cols.ts[keep], self._cols.val[keep])
         return n
+
+
+def _concatenated(parts: Iterable[Series | SeriesBatch]) -> SeriesBatch:
+    """One batch of everything in ``parts``, in order."""
+    batches: list[SeriesBatch] = []
+    run: list[Series] = []
+    for part in parts:
+        if isinstance(part, SeriesBatch):
+            if run:
+                batches.append(SeriesBatch.of(run))
+                run = []
+            batches.append(part)
+        else:
+            run.append(part)
+    if run or not batches:
+        batches.append(SeriesBatch.of(run))
+    if len(batches) == 1:
+        return batches[0]
+    return SeriesBatch(
+        [key for b in batches for key in b.keys],
+        np.concatenate([b.lengths for b in batches]),
+        np.concatenate([b.ts for b in batches]),
+        np.concatenate([b.values for b in batches]),
+    )
 
 
 def _merge(old: Columns, new: Columns) -> Columns:

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from loadwatcher import config, rollups
 from loadwatcher.errors import ConfigError, ProviderError
-from loadwatcher.model import WINDOWS, Resource, Series
+from loadwatcher.model import WINDOWS, Resource, Series, SeriesBatch
 from loadwatcher.providers import flux, influxql, kube, metrics_server
 from loadwatcher.providers.http import HttpSettings
 from loadwatcher.providers.influxdb import FieldQuery, to_series
@@ -55,9 +55,18 @@ json_values = st.recursive(
 
 
 def ingest(series: list[Series]) -> None:
-    """What the engine does with a parser's output: nothing bad may reach a rollup."""
+    """What the engine does with a parser's output: nothing bad may reach a rollup.
+
+    The store reads the same series as one ``SeriesBatch`` exactly as it reads them one
+    by one (the Prometheus parser hands it batches).
+    """
     store = SampleStore()
-    store.add(series)
+    added = store.add(series)
+    batched = SampleStore()
+    again = batched.add([SeriesBatch.of(series)])
+    assert batched.keys == store.keys and again.dropped == added.dropped
+    assert np.array_equal(batched.columns.ts, store.columns.ts)
+    assert np.array_equal(batched.columns.val, store.columns.val)
     cols = store.columns
     assert np.all(np.isfinite(cols.val)) and np.all(np.isfinite(cols.ts))
     assert np.all((cols.val >= 0) & (cols.val <= 101))

@@ -11,7 +11,8 @@ from service import prometheus_engine
 from synth import CPU_METRIC, MEM_METRIC, node_history, node_names
 
 from loadwatcher.model import Resource
-from loadwatcher.providers.prometheus import node_name, range_query
+from loadwatcher.providers.promanswer import node_name
+from loadwatcher.providers.prometheus import range_query
 
 pytestmark = pytest.mark.backend
 

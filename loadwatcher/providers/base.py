@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from loadwatcher.errors import ProviderError
-from loadwatcher.model import FetchResult, Series
+from loadwatcher.model import FetchResult, Series, SeriesBatch
 
 
 class Provider(Protocol):
@@ -28,9 +28,12 @@ class Provider(Protocol):
     async def close(self) -> None: ...
 
 
-def collect(outcomes: Sequence[tuple[list[Series], str | None] | BaseException]) -> FetchResult:
+def collect(
+    outcomes: Sequence[tuple[list[Series] | SeriesBatch, str | None] | BaseException],
+) -> FetchResult:
     """Merge per-query outcomes; one failed query keeps the others, all failed raises."""
     series: list[Series] = []
+    batches: list[SeriesBatch] = []
     errors: list[ProviderError] = []
     notices: list[str] = []
     for outcome in outcomes:
@@ -39,10 +42,16 @@ def collect(outcomes: Sequence[tuple[list[Series], str | None] | BaseException])
         elif isinstance(outcome, BaseException):
             raise outcome
         else:
-            series.extend(outcome[0])
+            found = outcome[0]
+            if isinstance(found, SeriesBatch):
+                batches.append(found)
+            else:
+                series.extend(found)
             if outcome[1]:
                 notices.append(outcome[1])
     if errors and len(errors) == len(outcomes):
         raise errors[0]
-    nodes = frozenset(s.node for s in series)
-    return FetchResult(series=series, errors=errors, known_nodes=nodes, notices=notices)
+    nodes = frozenset(s.node for s in series).union(*(b.nodes for b in batches))
+    return FetchResult(
+        series=series, errors=errors, known_nodes=nodes, notices=notices, batches=batches
+    )

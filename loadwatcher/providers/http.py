@@ -1,7 +1,8 @@
 """HTTP plumbing shared by the HTTP backends: TLS, bearer tokens, timeouts, error mapping.
 
 Every aiohttp exception and every unusable answer is translated here into a
-``ProviderError`` with a kind, so providers deal only in parsed JSON.
+``ProviderError`` with a kind, so providers deal only in parsed JSON (or, for those that
+parse bytes themselves, in the body of a successful answer).
 """
 
 from __future__ import annotations
@@ -70,6 +71,19 @@ def ssl_context(settings: HttpSettings) -> ssl.SSLContext | bool:
     return True
 
 
+@dataclass(frozen=True)
+class RawAnswer:
+    """A 2xx answer's body as received, and what an error about it must name."""
+
+    url: str
+    status: int
+    body: bytes
+
+    def not_json(self, query: str | None) -> ProviderError:
+        """The error for a body that turns out not to be JSON (as ``request_json`` says it)."""
+        return _not_json(self.url, self.status, query)
+
+
 class HttpBackend:
     """A session to one backend with JSON GET/POST that raise only ProviderError."""
 
@@ -108,14 +122,41 @@ class HttpBackend:
         query: str | None = None,
     ) -> Any:
         """Send one request and return the decoded JSON body; map every failure."""
+        url, status, body = await self._send(method, path, params, data, query)
+        return _decode(status, body, url, query)
+
+    async def request_bytes(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        data: Mapping[str, str] | None = None,
+        query: str | None = None,
+    ) -> RawAnswer:
+        """Send one request and return a 2xx answer's body undecoded, for callers that parse
+        bytes themselves; every other answer fails as with ``request_json`` (its body is
+        decoded only then, for the error message)."""
+        url, status, body = await self._send(method, path, params, data, query)
+        if status >= 300:
+            _decode(status, body, url, query)  # raises: every status from 300 on is an error
+        return RawAnswer(url, status, body)
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None,
+        data: Mapping[str, str] | None,
+        query: str | None,
+    ) -> tuple[str, int, bytes]:
         url = self.settings.address + path
         session = self._open()
         try:
             async with session.request(
                 method, url, params=params, data=data, headers=self._headers()
             ) as resp:
-                body = await resp.read()
-                status = resp.status
+                return url, resp.status, await resp.read()
         except TimeoutError as exc:
             raise ProviderError(
                 ProviderErrorKind.TIMEOUT,
@@ -134,7 +175,6 @@ class HttpBackend:
                 f"request to {self.settings.address} failed: {exc}",
                 query=query,
             ) from exc
-        return _decode(status, body, url, query)
 
     async def close(self) -> None:
         if self._session is not None:
@@ -166,12 +206,16 @@ def _decode(status: int, body: bytes, url: str, query: str | None) -> Any:
     if status >= 300:
         raise ProviderError(ProviderErrorKind.BAD_RESPONSE, f"{url} answered {status}", query=query)
     if doc is None:
-        raise ProviderError(
-            ProviderErrorKind.BAD_RESPONSE,
-            f"{url} answered {status} with a body that is not JSON",
-            query=query,
-        )
+        raise _not_json(url, status, query)
     return doc
+
+
+def _not_json(url: str, status: int, query: str | None) -> ProviderError:
+    return ProviderError(
+        ProviderErrorKind.BAD_RESPONSE,
+        f"{url} answered {status} with a body that is not JSON",
+        query=query,
+    )
 
 
 def _message(doc: Any, body: bytes) -> str:

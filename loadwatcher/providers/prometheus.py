@@ -16,14 +16,13 @@ import asyncio
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
 
-import numpy as np
+import orjson
 
-from loadwatcher.errors import ProviderError, ProviderErrorKind
-from loadwatcher.model import FetchResult, Resource, Series
+from loadwatcher.model import FetchResult, Resource, SeriesBatch
 from loadwatcher.providers.base import collect
 from loadwatcher.providers.http import HttpBackend, HttpSettings
+from loadwatcher.providers.promanswer import ParseMemo, parse_answer
 
 DEFAULT_QUERIES = {
     Resource.CPU: "instance:node_cpu:ratio",
@@ -67,90 +66,13 @@ def range_query(expr: str, seconds: int, step_s: float) -> str:
     return f"({expr})[{seconds}s:{max(1, round(step_s))}s]"
 
 
-def node_name(value: str, strip_port: bool) -> str:
-    """The node name from a label value.
-
-    ``10.0.0.3:9100`` -> ``10.0.0.3``; ``[::1]:9100`` -> ``::1``; ``node-1`` unchanged.
-    """
-    if not strip_port:
-        return value
-    if value.startswith("["):
-        host, sep, _ = value[1:].partition("]")
-        return host if sep else value
-    host, sep, port = value.rpartition(":")
-    if sep and port.isdigit() and ":" not in host:
-        return host
-    return value
-
-
-def parse_matrix(
-    doc: Any, resource: Resource, scale: float, node_label: str, strip_port: bool, query: str
-) -> tuple[list[Series], int]:
-    """Series from a ``/api/v1/query`` answer; returns them and how many lacked the node label."""
-    if not isinstance(doc, dict) or doc.get("status") != "success":
-        err = doc.get("error") if isinstance(doc, dict) else None
-        raise ProviderError(
-            ProviderErrorKind.BAD_RESPONSE,
-            f"query failed: {err or 'status is not success'}",
-            query=query,
-        )
-    data = doc.get("data")
-    if not isinstance(data, dict) or not isinstance(data.get("result"), list):
-        raise ProviderError(
-            ProviderErrorKind.BAD_RESPONSE, "answer has no data.result list", query=query
-        )
-    if data.get("resultType") != "matrix":
-        raise ProviderError(
-            ProviderErrorKind.BAD_RESPONSE,
-            f"expected a matrix, got {data.get('resultType')!r}",
-            query=query,
-        )
-    by_node: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
-    unlabelled = 0
-    for item in data["result"]:
-        metric = item.get("metric") if isinstance(item, dict) else None
-        values = item.get("values") if isinstance(item, dict) else None
-        if not isinstance(metric, dict) or not isinstance(values, list):
-            raise ProviderError(
-                ProviderErrorKind.BAD_RESPONSE, "malformed series in result", query=query
-            )
-        label = metric.get(node_label)
-        if not isinstance(label, str) or not label:
-            unlabelled += 1
-            continue
-        ts, val = _points(values, query)
-        by_node.setdefault(node_name(label, strip_port), []).append((ts, val * scale))
-    series = []
-    for node, parts in by_node.items():
-        ts = np.concatenate([p[0] for p in parts])
-        val = np.concatenate([p[1] for p in parts])
-        if len(parts) > 1:
-            order = np.argsort(ts, kind="stable")
-            ts, val = ts[order], val[order]
-        series.append(Series(node, resource, ts, val))
-    return series, unlabelled
-
-
-def _points(values: list[Any], query: str) -> tuple[np.ndarray, np.ndarray]:
-    """``[[ts, "value"], ...]`` -> two float arrays (numpy parses the value strings in C)."""
-    try:
-        ts = np.array([p[0] for p in values], dtype=np.float64)
-        val = np.array([p[1] for p in values], dtype=np.float64)
-    except (TypeError, ValueError, KeyError, IndexError) as exc:
-        raise ProviderError(
-            ProviderErrorKind.BAD_RESPONSE, f"malformed sample: {exc}", query=query
-        ) from exc
-    if ts.ndim != 1 or val.ndim != 1:
-        raise ProviderError(ProviderErrorKind.BAD_RESPONSE, "malformed sample", query=query)
-    return ts, val
-
-
 class PrometheusProvider:
     source = "Prometheus"
 
     def __init__(self, http: HttpSettings, options: PrometheusOptions) -> None:
         self._http = HttpBackend(http)
         self.options = options
+        self._memo = ParseMemo(options.node_label, options.strip_port)
 
     def _seconds(self, now: float, since: float | None) -> int:
         o = self.options
@@ -160,27 +82,28 @@ class PrometheusProvider:
             span = min(o.retention_s, max(now - since, 0.0) + o.overlap_s)
         return max(1, math.ceil(span))
 
-    async def _query(self, q: Query, expr: str, seconds: int, now: float) -> list[Series]:
+    async def _query(self, q: Query, expr: str, seconds: int, now: float) -> SeriesBatch:
         promql = range_query(expr, seconds, self.options.step_s)
-        doc = await self._http.request_json(
+        answer = await self._http.request_bytes(
             "GET", "/api/v1/query", params={"query": promql, "time": f"{now:.3f}"}, query=promql
         )
-        series, _ = parse_matrix(
-            doc, q.resource, q.scale, self.options.node_label, self.options.strip_port, promql
-        )
-        return series
+        try:
+            batch, _ = parse_answer(answer.body, q.resource, q.scale, self._memo, promql)
+        except orjson.JSONDecodeError as exc:
+            raise answer.not_json(promql) from exc
+        return batch
 
     async def _fetch_one(
         self, q: Query, seconds: int, now: float
-    ) -> tuple[list[Series], str | None]:
-        series = await self._query(q, q.expr, seconds, now)
-        if series or q.expr != DEFAULT_QUERIES.get(q.resource):
-            if not series:
-                return series, (
+    ) -> tuple[SeriesBatch, str | None]:
+        batch = await self._query(q, q.expr, seconds, now)
+        if batch.keys or q.expr != DEFAULT_QUERIES.get(q.resource):
+            if not batch.keys:
+                return batch, (
                     f"{q.resource} query {q.expr!r} returned no series with label "
                     f"{self.options.node_label!r}"
                 )
-            return series, None
+            return batch, None
         advice = (
             f"{q.resource} query {q.expr!r} returned nothing: the kube-prometheus node recording "
             f"rules are not installed in this Prometheus. Install them (deploy/ has a "
@@ -188,10 +111,10 @@ class PrometheusProvider:
             f"or set prometheus.fallback_node_exporter=true"
         )
         if not self.options.fallback_node_exporter:
-            return series, advice
+            return batch, advice
         raw = NODE_EXPORTER_QUERIES[q.resource].format(label=self.options.node_label)
-        series = await self._query(q, raw, seconds, now)
-        return series, (advice + f"; using node-exporter fallback {raw!r}" if series else advice)
+        batch = await self._query(q, raw, seconds, now)
+        return batch, (advice + f"; using node-exporter fallback {raw!r}" if batch.keys else advice)
 
     async def fetch(self, now: float, since: float | None) -> FetchResult:
         seconds = self._seconds(now, since)

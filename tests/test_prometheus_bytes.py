@@ -1,0 +1,221 @@
+"""The Prometheus answer read from bytes (issue 6): tricky layouts, the skeleton memo, the
+store's batches, and HTTP errors worded as before. Randomised checks are in
+test_parser_fuzz.py; these are the cases worth naming."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import orjson
+import pytest
+from aiohttp import web
+
+from loadwatcher.errors import ProviderError
+from loadwatcher.model import FetchResult, Resource, Series, SeriesBatch
+from loadwatcher.providers import promjson
+from loadwatcher.providers.base import collect
+from loadwatcher.providers.http import HttpBackend, HttpSettings
+from loadwatcher.providers.promanswer import ParseMemo, parse_answer, parse_matrix
+from loadwatcher.providers.prometheus import PrometheusOptions, PrometheusProvider, Query
+from loadwatcher.store import SampleStore
+
+HEAD = b'{"status":"success","data":{"resultType":"matrix","result":['
+TAIL = b"]}}"
+
+
+def body(*items: bytes) -> bytes:
+    return HEAD + b",".join(items) + TAIL
+
+
+def item(instance: str, *samples: tuple[str, str]) -> bytes:
+    pairs = ",".join(f'[{t},"{v}"]' for t, v in samples)
+    return (
+        f'{{"metric":{{"instance":{orjson.dumps(instance).decode()}}},"values":[{pairs}]}}'.encode()
+    )
+
+
+def both(text: bytes, memo: ParseMemo | None = None) -> tuple[SeriesBatch, bool]:
+    """The parse and whether it took the bytes path; asserts it equals the JSON path."""
+    memo = memo or ParseMemo()
+    got, unlabelled = parse_answer(text, Resource.CPU, 100.0, memo, "q")
+    want, unlabelled_json = parse_matrix(orjson.loads(text), Resource.CPU, 100.0, ParseMemo(), "q")
+    assert (got.keys, got.lengths.tolist(), unlabelled) == (
+        want.keys,
+        want.lengths.tolist(),
+        unlabelled_json,
+    )
+    assert got.ts.view(np.int64).tolist() == want.ts.view(np.int64).tolist()
+    assert got.values.view(np.int64).tolist() == want.values.view(np.int64).tolist()
+    cut = promjson.cut(text)
+    return got, cut is not None and memo.layout(Resource.CPU, cut.skeleton) is not None
+
+
+@pytest.mark.parametrize(
+    ("text", "fast"),
+    [
+        (body(item("10.0.0.1:9100", ("1700000000", "0.5"), ("1700000015.5", "0.25"))), True),
+        (body(item('"values":[[1,"2"]]', ("1", "0.5"))), True),  # escaped inside a label
+        (body(item("x]]", ("1", "0.5")), item("y", ("2", "0.75"))), True),
+        (body(item("y", ("1", "0.5")), item("x]]", ("2", "0.75"))), False),  # "]]" in a label
+        (body(item("\\", ("1", "0.5"))), True),
+        (body(item("é\u2028", ("1", "0.5"))), True),
+        (body(item("a", ("1", "NaN"), ("2", "+Inf"), ("3", "-Inf"), ("4", "1e-3"))), True),
+        (body(item("a", ("1", "-0"), ("2", "007.50"), ("3", "12345678901234567890"))), True),
+        (body(item("a", ("1.000", "0.1"), ("0", "0.2"), ("-5", "0.3"), ("1e3", "0.4"))), True),
+        (body(b'{"metric":{"instance":"a"},"values":[]}', item("b", ("1", "0.5"))), False),
+        (body(b'{"values":[[1,"0.5"]],"metric":{"instance":"a"}}'), True),
+        (body(b'{"metric": {"instance": "a"}, "values": [[1, "0.5"]]}'), False),
+        (body(b'{"metric":{"instance":"a"},"\\u0076alues":[[1,"0.5"]]}'), False),
+        (body(b'{"metric":{"instance":"a","a\\"values":[[9,"9"]]},"values":[[1,"0.5"]]}'), False),
+        (body(b'{"metric":{"instance":"a"},"values":[[1,"0.5"]],"histograms":[[1,{}]]}'), False),
+        (body(b'{"metric":{"job":"x"},"values":[[1,"0.5"]]}', item("b", ("2", "0.5"))), True),
+    ],
+)
+def test_layouts(text: bytes, fast: bool) -> None:
+    """Equal to the JSON path either way; the bytes path where the layout is the usual one."""
+    _, took_bytes = both(text)
+    assert took_bytes is fast
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        body(item("a", ("1", "0.5"))).replace(b'"success"', b'"error","error":"boom"'),
+        body(item("a", ("1", "0.5"))).replace(b'"matrix"', b'"vector"'),
+        body(b'{"metric":"a","values":[[1,"0.5"]]}'),
+        body(b'{"metric":{"instance":"a"},"values":[[1,"x"]]}'),
+        body(b'{"metric":{"instance":"a"},"values":[[01,"0.5"]]}'),  # not JSON
+        body(b'{"metric":{"instance":"a"},"values":[[1,"0.5" 5]]}'),  # not JSON
+        body(b'{"metric":{"instance":"a"},"values":[[1,"\t0.5"]]}'),  # not JSON
+        body(b'{"metric":{"instance":"a"},"values":[[1,"0.5"],]}'),  # not JSON
+        b"null",
+        b"<html>",
+    ],
+)
+def test_errors_are_worded_as_by_the_json_path(text: bytes) -> None:
+    def outcome(parse) -> str:
+        try:
+            parse()
+        except ProviderError as exc:
+            return str(exc)
+        except orjson.JSONDecodeError:
+            return "not JSON"
+        return "accepted"
+
+    memo = ParseMemo()
+    got = outcome(lambda: parse_answer(text, Resource.CPU, 100.0, memo, "q"))
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        doc = None
+    want = (
+        outcome(lambda: parse_matrix(doc, Resource.CPU, 100.0, ParseMemo(), "q"))
+        if doc is not None
+        else "not JSON"
+    )
+    assert got == want != "accepted"
+
+
+def test_remembered_skeleton_still_reads_new_numbers() -> None:
+    memo = ParseMemo()
+    first, fast = both(body(item("a:1", ("1", "0.5")), item("b:1", ("1", "0.25"))), memo)
+    assert fast
+    second, fast = both(body(item("a:1", ("2", "0.75")), item("b:1", ("2", "1"))), memo)
+    assert fast and second.keys is first.keys  # the layout was reused, not decoded again
+    assert second.values.tolist() == [75.0, 100.0] and second.ts.tolist() == [2.0, 2.0]
+    third, fast = both(body(item("a:1", ("3", "0.5")), item("c:1", ("3", "0.5"))), memo)
+    assert fast and [k[0] for k in third.keys] == ["a", "c"]
+
+
+def test_one_node_under_two_jobs_keeps_the_later_series_at_equal_times() -> None:
+    a = b'{"metric":{"instance":"n:9100","job":"a"},"values":[[1,"0.1"],[2,"0.2"]]}'
+    b = b'{"metric":{"instance":"n:9100","job":"b"},"values":[[2,"0.3"],[3,"0.4"]]}'
+    batch, fast = both(body(a, b))
+    assert fast and batch.keys == [("n", Resource.CPU)] * 2
+    store = SampleStore()
+    store.add([batch])
+    assert store.keys == [("n", Resource.CPU)]
+    assert store.columns.ts.tolist() == [1.0, 2.0, 3.0]
+    assert store.columns.val.tolist() == pytest.approx([10.0, 30.0, 40.0])
+
+
+def test_store_reads_batches_exactly_as_series() -> None:
+    rng = np.random.default_rng(3)
+    series = []
+    for i in range(40):
+        n = int(rng.integers(0, 6))
+        ts = np.sort(rng.choice(np.arange(100.0), n, replace=False))
+        values = rng.choice([5.0, 50.0, 150.0, -1.0, np.nan, np.inf], n)
+        series.append(Series(f"n{i % 25}", [Resource.CPU, Resource.MEMORY][i % 2], ts, values))
+    old, new = SampleStore(), SampleStore()
+    a, b = old.add(series[:20]), new.add([SeriesBatch.of(series[:10]), *series[10:20]])
+    c, d = old.add(series[20:]), new.add([SeriesBatch.of(series[20:])])
+    assert old.keys == new.keys
+    for x, y in ((a, b), (c, d)):
+        assert x.dropped == y.dropped
+        assert x.added.sid.tolist() == y.added.sid.tolist()
+    assert old.columns.ts.tolist() == new.columns.ts.tolist()
+    assert old.columns.val.tolist() == new.columns.val.tolist()
+
+
+def test_empty_series_get_no_id() -> None:
+    store = SampleStore()
+    empty = np.empty(0)
+    batch = SeriesBatch(
+        [("a", Resource.CPU), ("b", Resource.CPU)],
+        np.array([0, 1]),
+        np.array([1.0]),
+        np.array([5.0]),
+    )
+    store.add([Series("z", Resource.CPU, empty, empty), batch])
+    assert store.keys == [("b", Resource.CPU)]
+
+
+def test_collect_knows_the_nodes_of_batches() -> None:
+    batch = SeriesBatch([("a", Resource.CPU)], np.array([0]), np.empty(0), np.empty(0))
+    series = [Series("b", Resource.MEMORY, np.array([1.0]), np.array([2.0]))]
+    result = collect([(batch, None), (series, "note")])
+    assert isinstance(result, FetchResult)
+    assert result.known_nodes == {"a", "b"} and result.batches == [batch]
+    assert result.series == series and result.notices == ["note"]
+
+
+@pytest.mark.parametrize(
+    ("status", "text"),
+    [
+        (401, '{"error":"no"}'),
+        (403, ""),
+        (404, "gone"),
+        (400, '{"status":"error","errorType":"bad_data","error":"parse error at char 3"}'),
+        (422, '{"status":"error","error":"query timed out"}'),
+        (503, "overloaded"),
+        (418, "teapot"),
+        (200, "<html>proxy</html>"),
+        (200, "null"),
+        (200, ""),
+    ],
+)
+async def test_http_errors_read_as_with_request_json(aiohttp_server, status, text) -> None:
+    async def answer(request: web.Request) -> web.Response:
+        return web.Response(status=status, text=text, content_type="application/json")
+
+    application = web.Application()
+    application.router.add_get("/api/v1/query", answer)
+    server = await aiohttp_server(application)
+    settings = HttpSettings(address=str(server.make_url("")).rstrip("/"))
+    options = PrometheusOptions(queries=(Query(Resource.CPU, "custom_metric", 100.0),))
+    provider = PrometheusProvider(settings, options)
+    plain = HttpBackend(settings)
+    try:
+        with pytest.raises(ProviderError) as got:
+            await provider.fetch(time.time(), None)
+        with pytest.raises(ProviderError) as want:
+            doc = await plain.request_json(
+                "GET", "/api/v1/query", params={}, query="custom_metric[1020s]"
+            )
+            parse_matrix(doc, Resource.CPU, 100.0, ParseMemo(), "custom_metric[1020s]")
+        assert (got.value.kind, str(got.value)) == (want.value.kind, str(want.value))
+    finally:
+        await provider.close()
+        await plain.close()
