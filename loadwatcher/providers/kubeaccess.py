@@ -65,8 +65,9 @@ def _require_file(access: KubeAccess) -> None:
         raise _fail(access, "no such file")
 
 
-def _check_loaded(access: KubeAccess, loader: kube_config.KubeConfigLoader,
-                  cfg: Configuration) -> None:
+def _check_loaded(
+    access: KubeAccess, loader: kube_config.KubeConfigLoader, cfg: Configuration
+) -> None:
     # Without a server the library keeps its default, http://localhost: refuse it here
     # rather than fail later with a bare URL as the message.
     server = getattr(loader, "host", "")
@@ -100,8 +101,9 @@ async def _configuration(access: KubeAccess) -> Configuration:
         raise
     except yaml.YAMLError as exc:  # its text would quote the offending line
         mark = getattr(exc, "problem_mark", None)
-        raise _fail(access, "not valid YAML" + (f" at line {mark.line + 1}" if mark else "")
-                    ) from None
+        raise _fail(
+            access, "not valid YAML" + (f" at line {mark.line + 1}" if mark else "")
+        ) from None
     except (AttributeError, TypeError, IndexError) as exc:  # a shape the library did not expect
         raise _fail(access, f"not a usable kubeconfig ({exc})") from exc
     except Exception as exc:  # the library raises many kinds for one bad config
