@@ -12,7 +12,6 @@ eagerly cost ~1.3 s and ~100 MB per cycle for bodies that are rarely asked for.
 from __future__ import annotations
 
 import asyncio
-import gzip
 import hashlib
 import struct
 import threading
@@ -111,43 +110,23 @@ def publish(snapshot: Snapshot) -> Published:
     return pub
 
 
-# Journal form: the snapshot, plus the default body already compressed, so that a restart
-# serves its first answer without rendering (~0.2 s at 5,000 nodes):
-#   MAGIC | u32 len(snapshot) | u32 len(etag) | snapshot | etag | gzip body
-_MAGIC = b"LWP1"
-_HEADER = struct.Struct("<4sII")
-
-
-def to_journal(pub: Published) -> bytes:
-    """The journal blob of a published snapshot (the default body included when rendered)."""
-    snap = snapshot.to_bytes(pub.snapshot)
-    hit, body = pub.cached(pub.key(None, Format.DEFAULT))
-    if not hit or body is None:
-        return _HEADER.pack(_MAGIC, len(snap), 0) + snap
-    etag = body.etag.encode()
-    return _HEADER.pack(_MAGIC, len(snap), len(etag)) + snap + etag + body.gz
+# Journals written before the snapshot went in alone (engine.py) held
+#   b"LWP1" | u32 len(snapshot) | u32 len(etag) | snapshot | etag | gzip body
+# Their snapshot is read; the body is rendered again like any other.
+_OLD_MAGIC = b"LWP1"
+_OLD_HEADER = struct.Struct("<4sII")
 
 
 def from_journal(blob: bytes) -> Published:
-    """Inverse of ``to_journal``; also reads a bare snapshot (older journals).
+    """The journal's snapshot blob, its default body rendered (CPU work: use a thread).
 
-    Raises ValueError when the blob is neither.
+    Raises ValueError when the blob is not a snapshot.
     """
-    if not blob.startswith(_MAGIC):
-        return Published(snapshot.from_bytes(blob))
-    if len(blob) < _HEADER.size:
-        raise ValueError("journal snapshot blob is truncated")
-    _, n_snap, n_etag = _HEADER.unpack_from(blob)
-    start = _HEADER.size
-    if len(blob) < start + n_snap + n_etag:
-        raise ValueError("journal snapshot blob is truncated")
-    pub = Published(snapshot.from_bytes(blob[start : start + n_snap]))
-    if n_etag:
-        etag = blob[start + n_snap : start + n_snap + n_etag].decode()
-        gz = blob[start + n_snap + n_etag :]
-        try:
-            raw = gzip.decompress(gz)
-        except (OSError, EOFError) as exc:
-            raise ValueError(f"journal default body is corrupt: {exc}") from exc
-        pub._bodies[pub.key(None, Format.DEFAULT)] = Body(raw, gz, etag)
-    return pub
+    if blob.startswith(_OLD_MAGIC):
+        if len(blob) < _OLD_HEADER.size:
+            raise ValueError("journal snapshot blob is truncated")
+        _, n_snap, _ = _OLD_HEADER.unpack_from(blob)
+        if len(blob) < _OLD_HEADER.size + n_snap:
+            raise ValueError("journal snapshot blob is truncated")
+        blob = blob[_OLD_HEADER.size : _OLD_HEADER.size + n_snap]
+    return publish(snapshot.from_bytes(blob))

@@ -39,7 +39,8 @@ class Snapshot:
     def nodes(self) -> frozenset[str]:
         """Nodes with at least one sample in the longest window."""
         longest = self.windows[WINDOWS[-1].name]
-        return frozenset(self.keys[int(sid)][0] for sid in longest.sids)
+        keys = self.keys
+        return frozenset([keys[sid][0] for sid in longest.sids.tolist()])
 
     @cached_property
     def resources(self) -> frozenset[Resource]:

@@ -243,3 +243,41 @@ def test_node_quality_is_its_worst_resource() -> None:
     )
     assert report.tags["n"]["quality"] == "stale"
     assert report.tags["n"]["detail"] == {"cpu": "disagrees", "memory": "stale"}
+
+
+def test_quality_changes_are_logged_once_each(caplog) -> None:
+    """Bad, recovered, missing and departed nodes: one line per change, none when steady."""
+    engine = prometheus_engine("http://127.0.0.1:9")
+
+    def report(tags: dict[str, str], **by: tuple[str, ...]) -> analysis.Report:
+        by_quality = {Quality(q): nodes for q, nodes in by.items()}
+        by_quality[Quality.OK] = tuple(n for n, q in tags.items() if q == "ok")
+        return analysis.Report({n: {"quality": q} for n, q in tags.items()}, by_quality)
+
+    steps = [
+        (report({"a": "ok", "b": "ok"}), []),
+        (
+            report({"a": "stale", "b": "ok"}, stale=("a",), missing=("c",)),
+            ["node a is stale", "node c is missing"],
+        ),
+        (report({"a": "stale", "b": "ok"}, stale=("a",), missing=("c",)), []),
+        (
+            report({"a": "ok", "b": "ok", "c": "ok"}),
+            ["node a recovered (was stale)", "node c recovered (was missing)"],
+        ),
+        (
+            report({"a": "frozen"}, frozen=("a",)),
+            [
+                "node a is frozen",
+                "node b left the snapshot (was ok)",
+                "node c left the snapshot (was ok)",
+            ],
+        ),
+        (report({}), ["node a left the snapshot (was frozen)"]),
+    ]
+    caplog.set_level(logging.INFO, logger="loadwatcher.engine")
+    for rep, expected in steps:
+        caplog.clear()
+        engine.report = rep
+        engine._log_quality()
+        assert [r.getMessage().rstrip() for r in caplog.records] == expected

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import struct
 
 import numpy as np
 import orjson
@@ -46,15 +47,16 @@ async def test_bodies_render_once_and_match_the_document() -> None:
     assert one is not None and list(orjson.loads(one.raw)["data"]["NodeMetricsMap"]) == ["n1"]
 
 
-async def test_journal_form_restores_the_same_bodies_without_rendering() -> None:
+async def test_journal_snapshot_restores_the_same_bodies() -> None:
     pub = published.publish(make_snapshot())
-    blob = published.to_journal(pub)
+    blob = snapshot.to_bytes(pub.snapshot)
     back = published.from_journal(blob)
     hit, body = back.cached(back.key(None, Format.DEFAULT))
-    assert hit and body == (await pub.body(None, Format.DEFAULT))
+    assert hit and body == (await pub.body(None, Format.DEFAULT))  # rendered on restore
     assert (await back.body("10m", Format.KEP)) == (await pub.body("10m", Format.KEP))
-    # A bare snapshot (an older journal) still loads; garbage is a ValueError.
-    assert published.from_journal(snapshot.to_bytes(pub.snapshot)).snapshot.taken_at == 999.5
-    for bad in (b"LWP1", blob[:30], b"garbage"):
+    # The form older journals wrote (snapshot + etag + gzip body) still loads.
+    old = struct.pack("<4sII", b"LWP1", len(blob), 4) + blob + b'"x"x' + b"gz"
+    assert published.from_journal(old).snapshot.taken_at == 999.5
+    for bad in (b"LWP1", old[:30], b"garbage"):
         with pytest.raises(ValueError):
             published.from_journal(bad)
