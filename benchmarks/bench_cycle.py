@@ -60,6 +60,8 @@ class CycleResult:
     journal_bytes: int = 0
     journal_wal_bytes: int = 0
     snapshot_bytes: int = 0
+    fold_ms: list[float] = field(default_factory=list)
+    """WAL folds after the steady cycles (the engine's idle-time work before the next poll)."""
 
 
 class Probe:
@@ -70,6 +72,7 @@ class Probe:
         self.requests: list[Request] = []
         self.samples = 0
         self.snapshot_bytes = 0
+        self.fold_ms: list[float] = []
         self._stack = contextlib.ExitStack()
 
     def reset(self) -> None:
@@ -147,6 +150,14 @@ class Probe:
         if engine.journal is not None:
             journal: Any = engine.journal
             journal.write_cycle = self._timed_async("journal write", journal.write_cycle)
+            fold = journal.fold_wal
+
+            async def timed_fold() -> None:
+                began = time.perf_counter()
+                await fold()
+                self.fold_ms.append((time.perf_counter() - began) * 1000.0)
+
+            journal.fold_wal = timed_fold
         http = getattr(provider, "_http", None)
         if http is None or not hasattr(http, "request_json"):
             raise RuntimeError("cannot record the provider's requests (no _http.request_json)")
@@ -206,6 +217,9 @@ async def _measured(
 ) -> CycleRun:
     """One cycle at ``now`` and its reference; the reference goes first when it can."""
     ref_ms: float | None = None
+    # What the last cycle left for the idle time before the next poll (the WAL fold): a
+    # real poll interval (15 s) leaves it done, so neither side is measured next to it.
+    await engine.settle()
     if reference_first and predicted:
         ref_ms = await reference(session, predicted)
     probe.reset()
@@ -262,6 +276,7 @@ async def bench(
         async with _session() as session:
             now = now0
             last: list[Request] = []
+            probe.fold_ms = []
             for k in range(steady + 1):  # the first incremental cycle is a warm-up
                 now += STEP_S
                 predicted = _with_time(last, now) if last else None
@@ -269,6 +284,8 @@ async def bench(
                 last = list(probe.requests)
                 if k > 0:
                     result.steady.append(run)
+        await engine.settle()
+        result.fold_ms = probe.fold_ms[1:]  # the first follows the cold start
         steady_ms = sorted(r.service_ms for r in result.steady)
         if steady_ms:
             progress(

@@ -90,6 +90,7 @@ class Engine:
         self.second_error: str | None = None
         # Samples fetched but not yet in the journal (its last writes failed), by store id.
         self._unpersisted = _no_samples()
+        self._maintenance: asyncio.Future[None] | None = None
 
     # -- start-up ---------------------------------------------------------------------
 
@@ -145,10 +146,10 @@ class Engine:
         now = self.clock() if now is None else now
         status = self.provider_status
         status.last_attempt_at = now
-        outcome, _, _ = await asyncio.gather(
+        await self.settle()
+        outcome, _ = await asyncio.gather(
             self.provider.fetch(now, self.store.newest()),
             self._fetch_second(now),
-            self._fold_wal(),
             return_exceptions=True,
         )
         if isinstance(outcome, ProviderError):
@@ -186,12 +187,21 @@ class Engine:
             raise
         self.current = pub
         memory.trim()
+        self._maintenance = asyncio.ensure_future(self._fold_wal())
         self._log_quality()
         self._log_health(now)
         self.metrics.poll_duration.observe(time.perf_counter() - started)
 
+    async def settle(self) -> None:
+        """Wait for the work a cycle leaves for the idle time after it (the WAL fold)."""
+        if self._maintenance is not None:
+            await self._maintenance
+            self._maintenance = None
+
     async def _fold_wal(self) -> None:
-        """Last cycle's WAL into the main file, while the fetch waits on the network."""
+        """The cycle's WAL into the main file, in the idle time before the next poll (it
+        copies megabytes at 5,000 nodes: inside the commit it doubled the write, next to
+        the fetch it took CPU from a co-located backend)."""
         if self.journal is None or not self.journal.is_open:
             return
         try:
@@ -387,6 +397,7 @@ class Engine:
 
     async def close(self) -> None:
         """Flush (samples a failed write left behind) and close the journal, then the provider."""
+        await self.settle()
         if self.journal is not None:
             if len(self._unpersisted) and self.current is not None and self.journal.is_open:
                 await self._persist(_no_samples(), self.current.snapshot, self.clock())

@@ -246,3 +246,33 @@ def test_the_service_starts_without_importing_unused_provider_clients() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.strip() == "[]", done.stdout
+
+
+async def test_the_wal_is_folded_into_the_file_after_each_cycle_not_during_it(
+    tmp_path: Path,
+) -> None:
+    """The commit leaves the cycle in the WAL; the fold after it (awaited by the next cycle
+    and by close) puts it in the main file, so the WAL stays about one cycle long."""
+    db = tmp_path / "lw.db"
+    e = engine(db, ["a", "b"])
+    await e.recover()
+
+    def main_file_alone() -> set[float]:
+        copy = tmp_path / "main-only.db"
+        copy.write_bytes(db.read_bytes())  # without the -wal file: only folded pages
+        with contextlib.closing(sqlite3.connect(copy)) as conn:
+            names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+            return {t for _, _, t, _ in journal_rows(conn)} if "chunks" in names else set()
+
+    try:
+        await e.cycle(T0)
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            assert {t for _, _, t, _ in journal_rows(conn)} == {T0}  # committed
+        assert main_file_alone() == set()  # ... in the WAL only: the commit did not fold it
+        await e.settle()
+        assert main_file_alone() == {T0}
+        await e.cycle(T0 + 15)
+        await e.settle()
+        assert main_file_alone() == {T0, T0 + 15}
+    finally:
+        await e.close()
