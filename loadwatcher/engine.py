@@ -91,6 +91,7 @@ class Engine:
         # Samples fetched but not yet in the journal (its last writes failed), by store id.
         self._unpersisted = _no_samples()
         self._maintenance: asyncio.Future[None] | None = None
+        self._fold_error: str | None = None
 
     # -- start-up ---------------------------------------------------------------------
 
@@ -207,7 +208,14 @@ class Engine:
         try:
             await self.journal.fold_wal()
         except JournalError as exc:
-            log.debug("%s (retried next cycle)", exc)
+            # The file cannot grow (disk full, I/O error): commits still land in the WAL
+            # while it has room, but the next ones will fail; say so now.
+            self._fold_error = str(exc)
+            self._journal_failed(exc)
+            return
+        if self._fold_error is not None:
+            self._fold_error = None
+            self._journal_recovered()
 
     async def _fetch_second(self, now: float) -> None:
         if self.second is None:
@@ -287,13 +295,8 @@ class Engine:
             return
         self._unpersisted = _no_samples()
         self.metrics.journal_write.observe(time.perf_counter() - started)
-        if not self.journal_status.ok:
-            log.info(
-                "journal %s writable again; persistence resumed (%d samples caught up)",
-                self.journal.path,
-                len(pending) - len(added),
-            )
-        self.journal_status.ok, self.journal_status.error = True, None
+        if self._fold_error is None:
+            self._journal_recovered(f" ({len(pending) - len(added)} samples caught up)")
 
     def _pending(self, added: Columns, trim_before: float) -> Columns:
         """This cycle's samples plus those earlier writes failed to persist, in retention."""
@@ -306,6 +309,11 @@ class Engine:
             np.concatenate((old.ts[keep], added.ts)),
             np.concatenate((old.val[keep], added.val)),
         )
+
+    def _journal_recovered(self, detail: str = "") -> None:
+        if not self.journal_status.ok and self.journal is not None:
+            log.info("journal %s writable again; persistence resumed%s", self.journal.path, detail)
+        self.journal_status.ok, self.journal_status.error = True, None
 
     def _journal_failed(self, exc: JournalError) -> None:
         self.metrics.journal_errors.inc()

@@ -136,6 +136,11 @@ class Journal:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         os.close(fd)
         self._db = await aiosqlite.connect(self.path, isolation_level=None)
+        # Large pages for a file of large blobs (a cycle's chunk, the snapshot): fewer
+        # overflow pages and WAL frames; at 5,000 nodes 64 KiB instead of 4 KiB took the
+        # steady write from ~13 to ~5 ms and its fold from ~17 to ~8 ms. It only applies
+        # to a new file (before the first table and before WAL mode).
+        await self._db.execute("PRAGMA page_size=65536")
         await self._db.execute("PRAGMA journal_mode=WAL")
         await self._db.execute("PRAGMA synchronous=NORMAL")
         await self._db.execute("PRAGMA busy_timeout=2000")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 import subprocess
 import sys
@@ -274,5 +275,37 @@ async def test_the_wal_is_folded_into_the_file_after_each_cycle_not_during_it(
         await e.cycle(T0 + 15)
         await e.settle()
         assert main_file_alone() == {T0, T0 + 15}
+    finally:
+        await e.close()
+
+
+async def test_a_failed_wal_fold_is_a_journal_problem_until_a_fold_succeeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="loadwatcher.engine")
+    db = tmp_path / "lw.db"
+    e = engine(db, ["a"])
+    await e.recover()
+    assert e.journal is not None
+    real = e.journal.fold_wal
+
+    async def full() -> None:
+        raise JournalError("cannot checkpoint journal lw.db: database or disk is full")
+
+    try:
+        monkeypatch.setattr(e.journal, "fold_wal", full)
+        await e.cycle(T0)
+        await e.settle()
+        verdict = e.health(T0)
+        assert not verdict.healthy and "disk is full" in verdict.body["journal"]["error"]
+        await e.cycle(T0 + 15)  # the write itself succeeds: still not ok, the fold failed
+        assert not e.health(T0 + 15).healthy
+        monkeypatch.setattr(e.journal, "fold_wal", real)
+        await e.settle()
+        await e.cycle(T0 + 30)
+        await e.settle()
+        assert e.health(T0 + 30).body["journal"]["ok"] is True
+        assert "persistence resumed" in caplog.text
+        assert times(db) == {T0, T0 + 15, T0 + 30}  # nothing was lost meanwhile
     finally:
         await e.close()

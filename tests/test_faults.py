@@ -222,7 +222,10 @@ def test_journal_disk_full_then_freed(prom: Server, tmp_path: Path) -> None:
     with tmpfs(tmp_path / "disk", size="16m") as disk:
         db = disk / "lw.db"
         service = Service.prometheus(prom.url, db, tmp_path / "service.log")
-        with Pusher(prom, NODES) as pusher:
+        # Enough new series that the file must grow every cycle or two: with 64 KiB pages
+        # and WAL space reused after each fold, a few nodes' samples fit in pages the file
+        # already has for a long time, and a full disk rightly goes unnoticed until then.
+        with Pusher(prom, 10 * NODES) as pusher:
             service.start()
             try:
                 service.wait_status("/watcher")
