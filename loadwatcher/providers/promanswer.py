@@ -147,8 +147,14 @@ def parse_matrix(
         list(zip(memo.nodes(labels), repeat(resource))),
         np.fromiter(map(len, times), np.int64, len(times)),
         np.concatenate(times),
-        np.concatenate(values) * scale,
+        _scaled(np.concatenate(values), scale),
     ), unlabelled
+
+
+def _scaled(values: FloatArray, scale: float) -> FloatArray:
+    """``values * scale``; a huge value becomes inf quietly: the store drops and counts it."""
+    with np.errstate(over="ignore"):
+        return values * scale
 
 
 def _result(doc: Any, query: str) -> list[Any]:
@@ -204,7 +210,7 @@ def _assemble(layout: _Layout, samples: promjson.Samples, scale: float) -> Serie
     if layout.labelled is not None:
         inside = np.repeat(layout.labelled, lengths)
         ts, values, lengths = ts[inside], values[inside], lengths[layout.labelled]
-    return SeriesBatch(layout.keys, lengths, ts, values * scale)
+    return SeriesBatch(layout.keys, lengths, ts, _scaled(values, scale))
 
 
 def _points(values: list[Any], query: str) -> tuple[FloatArray, FloatArray]:
