@@ -299,7 +299,10 @@ def markdown(results: Results, old_text: str | None) -> str:
         f"journal each), then {s.get('steady')} steady cycles advancing `now` by 15 s (after "
         "one warm-up). The reference replays the very requests each cycle sent (recorded: "
         "same URL, parameters and Accept header) with a bare aiohttp client, concurrently, "
-        "reading and discarding the bodies; reference and service alternate which goes first.",
+        "reading and discarding the bodies; reference and service alternate which goes first. "
+        "Before each measurement the harness awaits `Engine.settle()`, the WAL fold the last "
+        "cycle left for the idle time before the next poll (a 15 s interval leaves it done); "
+        "its cost is the 'WAL folded' row.",
         f"- Serving: the real service process (`python -m loadwatcher serve`, "
         f"METRICS_PROVIDER_NAME=Prometheus, polling every {s.get('serve_poll_interval_s')} s "
         "while measured) against nginx "
@@ -312,7 +315,9 @@ def markdown(results: Results, old_text: str | None) -> str:
         "measures loopback copies and wrk itself, for both servers; the gzip row is the one "
         "that shows the service's own per-request cost.",
         "- Memory: VmRSS of the service process (/proc/PID/status) once it served every node "
-        "and completed more polls; its journal, stopped cleanly, is the restart input.",
+        "and completed more polls; its journal, stopped cleanly, is the restart input. Not in "
+        "VmRSS: the in-memory files (memfd) that gzip responses are sent from, one copy of "
+        "each gzip body under 4 MiB (about 1.3 MB at 5,000 nodes).",
         "- Restart: the service started on a copy of that journal with Prometheus stopped; "
         "time from spawning the process to the first `200` on `/watcher` listing every node "
         "(taken when the response has been read), polled every 10 ms.",
