@@ -309,3 +309,25 @@ async def test_a_failed_wal_fold_is_a_journal_problem_until_a_fold_succeeds(
         assert times(db) == {T0, T0 + 15, T0 + 30}  # nothing was lost meanwhile
     finally:
         await e.close()
+
+
+def test_sigterm_while_the_service_still_imports_stops_it_cleanly(tmp_path: Path) -> None:
+    """The signal lands after the CLI started and before the event loop exists (here: in
+    the middle of start-up, deterministically); the service still stops with exit 0."""
+    code = (
+        "import os, signal, sys\n"
+        "import loadwatcher.cli as cli, loadwatcher.memory as memory\n"
+        "real = memory.configure\n"
+        "def configure():\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    return real()\n"
+        "memory.configure = configure\n"
+        "sys.exit(cli.main(sys.argv[1:]))\n"
+    )
+    argv = ["serve", "--port", str(free_port()), "--db", str(tmp_path / "lw.db")]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "received during start-up: stopping" in done.stderr
+    assert "stopped" in done.stderr and "Traceback" not in done.stderr
