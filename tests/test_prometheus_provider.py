@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
+from typing import Any
 
 import pytest
 from backends import free_port, openmetrics_text, vm_import, vm_import_lines
@@ -11,6 +13,7 @@ from service import prometheus_engine
 from synth import CPU_METRIC, MEM_METRIC, node_history, node_names
 
 from loadwatcher.model import Resource
+from loadwatcher.providers import prometheus
 from loadwatcher.providers.promanswer import node_name
 from loadwatcher.providers.prometheus import range_query
 
@@ -144,3 +147,26 @@ def test_range_query_uses_a_subquery_for_expressions() -> None:
 )
 def test_node_name_strips_only_a_port(value, strip, expected) -> None:
     assert node_name(value, strip) == expected
+
+
+async def test_answers_are_parsed_off_the_event_loop(prometheus_factory, monkeypatch) -> None:
+    """A 5,000-node cold answer takes ~70 ms to parse: the loop must keep serving meanwhile."""
+    now = time.time()
+    history = node_history(3, math.floor(now) - 1)
+    prom = prometheus_factory(openmetrics_text(history))
+    engine = prometheus_engine(prom.url)
+    threads: list[threading.Thread] = []
+    real = prometheus.parse_answer
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(prometheus, "parse_answer", recording)
+    try:
+        await engine.cycle(now)
+        assert engine.current is not None and engine.current.snapshot.nodes
+    finally:
+        await engine.close()
+    assert len(threads) == 2
+    assert all(t is not threading.main_thread() for t in threads)

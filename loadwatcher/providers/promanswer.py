@@ -14,6 +14,7 @@ store merges the two, the later one winning at equal timestamps.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
@@ -69,17 +70,20 @@ class ParseMemo:
         self.strip_port = strip_port
         self._names: dict[str, str] = {}
         self._last: dict[Resource, tuple[bytes, _Layout]] = {}
+        # Answers are parsed in worker threads, two resources at a time.
+        self._lock = threading.Lock()
 
     def nodes(self, values: list[str]) -> list[str]:
         """The node name of each label value."""
-        known = self._names
-        new = set(values).difference(known)
-        if len(known) + len(new) > self._LIMIT:
-            known.clear()
-            new = set(values)
-        for value in new:
-            known[value] = node_name(value, self.strip_port)
-        return list(map(known.__getitem__, values))
+        with self._lock:
+            known = self._names
+            new = set(values).difference(known)
+            if len(known) + len(new) > self._LIMIT:
+                known.clear()
+                new = set(values)
+            for value in new:
+                known[value] = node_name(value, self.strip_port)
+            return list(map(known.__getitem__, values))
 
     def layout(self, resource: Resource, skeleton: bytes) -> _Layout | None:
         last = self._last.get(resource)
