@@ -30,7 +30,7 @@ from loadwatcher import analysis, corroboration, health, memory, published, roll
 from loadwatcher.analysis import Quality
 from loadwatcher.errors import JournalError, ProviderError
 from loadwatcher.journal import Journal
-from loadwatcher.model import WINDOWS, Resource
+from loadwatcher.model import WINDOWS, FetchResult, Resource
 from loadwatcher.providers.base import Provider
 from loadwatcher.published import Published
 from loadwatcher.selfmetrics import SelfMetrics, State
@@ -168,9 +168,9 @@ class Engine:
         status.notices = list(result.notices)
         for err in result.errors:
             self.metrics.provider_errors.labels(str(err.kind)).inc()
-        added = self.store.add([*result.series, *result.batches])
+        # A worker thread: the cold start merges ~700,000 samples at 5,000 nodes (~70 ms).
+        added = await asyncio.to_thread(self._ingest, result, now)
         self._count(added)
-        self.store.trim(now - self.options.retention_s)
         self.node_info.update(result.node_info)
         if result.known_nodes:
             self.known_nodes = result.known_nodes
@@ -194,6 +194,11 @@ class Engine:
         self._log_quality()
         self._log_health(now)
         self.metrics.poll_duration.observe(time.perf_counter() - started)
+
+    def _ingest(self, result: FetchResult, now: float) -> AddResult:
+        added = self.store.add([*result.series, *result.batches])
+        self.store.trim(now - self.options.retention_s)
+        return added
 
     async def settle(self) -> None:
         """Wait for the work a cycle leaves for the idle time after it (the WAL fold)."""
