@@ -1,18 +1,15 @@
 """Shared plumbing of the benchmark harness: paths, tools, progress, statistics, processes.
 
-Standard library (plus ``orjson``, a loadwatcher dependency) only. Every process started
-here is stopped by its PID; an ``atexit`` hook kills any that a crashed run left behind.
+Standard library, ``orjson`` and the tests' process helpers (``tests/backends.py``): every
+process started here is stopped by its PID, and an ``atexit`` hook there kills any that a
+crashed run left behind.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import http.client
 import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,7 +33,6 @@ _EXTRA_BIN_DIRS = ("/usr/sbin", "/sbin", "/usr/local/sbin")
 
 STOP_TIMEOUT_S = 15.0
 
-_LIVE: dict[int, subprocess.Popen[bytes]] = {}
 _STARTED = time.monotonic()
 
 
@@ -49,6 +45,11 @@ def setup_paths() -> None:
         sys.path.insert(0, str(REPO))
     if str(TESTS) not in sys.path:
         sys.path.append(str(TESTS))
+
+
+setup_paths()
+import backends  # noqa: E402  (tests/backends.py: the process helpers the tests use too)
+from backends import free_port as free_port  # noqa: E402
 
 
 class MissingTool(RuntimeError):
@@ -106,13 +107,6 @@ class Stats:
         return Stats(statistics.median(values), min(values), max(values), len(values))
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def http_get(
     port: int, path: str, headers: Mapping[str, str] | None = None, timeout_s: float = 5.0
 ) -> tuple[int, dict[str, str], bytes]:
@@ -147,53 +141,16 @@ def spawn(
     """Start ``argv`` in its own session, output appended to ``log_path``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=dict(env) if env is not None else None,
-            cwd=cwd,
-        )
-    _LIVE[proc.pid] = proc
-    return proc
+        return backends.spawn_process(argv, log, env, cwd)
 
 
 def stop(proc: subprocess.Popen[bytes] | None, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
     """SIGTERM by PID, wait, then SIGKILL; returns the exit status. Idempotent."""
-    if proc is None:
-        return None
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            proc.wait()
-    _LIVE.pop(proc.pid, None)
-    return proc.returncode
-
-
-@atexit.register
-def _kill_leftovers() -> None:
-    for pid, proc in list(_LIVE.items()):
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(5)
-        _LIVE.pop(pid, None)
+    return backends.stop_process(proc, timeout_s)
 
 
 def tail(path: Path, chars: int = 3000) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        return f"<cannot read {path}: {exc}>"
-    return data[-chars:].decode("utf-8", "replace")
+    return backends.tail(path, chars)
 
 
 def load_average() -> str:

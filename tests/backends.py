@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, NoReturn, Protocol
+from typing import Any, BinaryIO, NoReturn, Protocol
 
 import pytest
 
@@ -154,7 +154,47 @@ def get_json(
     return json.loads(body)
 
 
-def _tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
+def spawn_process(
+    argv: Sequence[str],
+    log: BinaryIO,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own session, output to ``log``; killed at exit if still alive."""
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env=dict(env) if env is not None else None,
+        cwd=cwd,
+    )
+    _LIVE[proc.pid] = proc
+    return proc
+
+
+def stop_process(
+    proc: subprocess.Popen[bytes] | None, timeout_s: float = STOP_TIMEOUT_S
+) -> int | None:
+    """SIGTERM by PID, wait up to ``timeout_s``, then SIGKILL; the exit status. Idempotent."""
+    if proc is None:
+        return None
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait()
+    _LIVE.pop(proc.pid, None)
+    return proc.returncode
+
+
+def tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
+    """The last ``chars`` characters of a log file (a note if it cannot be read)."""
     try:
         with path.open("rb") as f:
             f.seek(0, os.SEEK_END)
@@ -209,22 +249,13 @@ class Server:
             )
             log.flush()
             began = time.monotonic()
-            self.process = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=self.env,
-                cwd=self.data_dir,
-            )
-        _LIVE[self.process.pid] = self.process
+            self.process = spawn_process(self.argv, log, self.env, self.data_dir)
         try:
             self._wait_ready(began)
             if self.process.poll() is not None:  # the answer came from another process
                 raise BackendError(
                     f"{self.name} exited right after {self.url} answered (port taken?).\n"
-                    f"--- tail of {self.log_path} ---\n{_tail(self.log_path)}"
+                    f"--- tail of {self.log_path} ---\n{tail(self.log_path)}"
                 )
         except BaseException:
             self.kill()
@@ -242,7 +273,7 @@ class Server:
             if code is not None:
                 raise BackendError(
                     f"{self.name} exited with status {code} before becoming ready on {url}.\n"
-                    f"--- tail of {self.log_path} ---\n{_tail(self.log_path)}"
+                    f"--- tail of {self.log_path} ---\n{tail(self.log_path)}"
                 )
             try:
                 status, _ = http_request("GET", url, timeout_s=1.0, context=self.ssl_context)
@@ -255,25 +286,13 @@ class Server:
                 raise BackendError(
                     f"{self.name} (pid {self.process.pid}) not ready on {url} after "
                     f"{self.ready_timeout_s:.0f} s (last: {last}).\n"
-                    f"--- tail of {self.log_path} ---\n{_tail(self.log_path)}"
+                    f"--- tail of {self.log_path} ---\n{tail(self.log_path)}"
                 )
             time.sleep(POLL_INTERVAL_S)
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """SIGTERM the process, wait up to ``timeout_s``, then SIGKILL. Idempotent."""
-        proc = self.process
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                proc.wait()
-        _LIVE.pop(proc.pid, None)
+        stop_process(self.process, timeout_s)
 
     def kill(self) -> None:
         """SIGKILL the process (no clean shutdown) and reap it. Idempotent."""
@@ -287,7 +306,7 @@ class Server:
         _LIVE.pop(proc.pid, None)
 
     def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
-        return _tail(self.log_path, chars)
+        return tail(self.log_path, chars)
 
 
 def stop_all(servers: Sequence[Server]) -> None:
