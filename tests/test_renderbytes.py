@@ -105,6 +105,66 @@ def test_empty_window_and_a_subset_of_series() -> None:
     assert_same_bytes(some, only="b")
 
 
+
+def test_nodes_whose_first_resource_differs_and_metadata_on_every_node() -> None:
+    """Each node's opening carries the prefix of its own first resource; metadata merges
+    ``dataCenter`` first, an explicit one overriding it, an empty one giving the default."""
+    keys = [
+        ("n3", Resource.ENERGY),
+        ("n1", Resource.MEMORY),
+        ("n2", Resource.DISK),
+        ("n3", Resource.NETWORK),
+        ("n0", Resource.CPU),
+        ("n2", Resource.ENERGY),
+        ("n0", Resource.MEMORY),
+    ]
+    values = np.resize(np.asarray(AWKWARD[::-1]), (len(keys), len(WIRE_OPERATORS)))
+    snap = snapshot_of(
+        keys,
+        values,
+        tags={"n2": {"quality": "partial", "detail": {"disk": ["stale", None, 1.5]}}},
+        node_info={
+            "n0": {"capacity_cpu": "8", "allocatable_cpu": "7500m"},
+            "n1": {"zone": "b", "dataCenter": "dc-2"},
+            "n2": {},
+            "n3": {"capacity_memory": "64Gi"},
+        },
+    )
+    assert_same_bytes(snap)
+    for node in ("n0", "n1", "n2", "n3"):
+        assert_same_bytes(snap, only=node)
+
+
+def test_control_characters_cannot_pass_for_the_node_marker() -> None:
+    """orjson escapes a NUL inside any string, so only the skeleton's marker splits it."""
+    keys = [("a\x00b", Resource.CPU), ("\x00", Resource.MEMORY), ("c", Resource.CPU)]
+    snap = snapshot_of(
+        keys,
+        np.full((3, len(WIRE_OPERATORS)), 1e-5),
+        source="\x00src",
+        metric_names={Resource.CPU: "cpu\x00", Resource.MEMORY: "\x01"},
+        tags={"a\x00b": {"\x00": "\x00\x1f"}, "c": {"k": ["\x00"]}},
+        node_info={"\x00": {"\x00": "\x00"}},
+    )
+    assert_same_bytes(snap)
+    assert_same_bytes(snap, only="a\x00b")
+
+
+def test_a_snapshot_of_many_nodes_with_tag_detail() -> None:
+    """Rows interleaved across nodes, as a store filled resource by resource holds them."""
+    nodes = [f"node-{i:03d}" for i in range(120)]
+    keys = [(n, r) for r in (Resource.MEMORY, Resource.CPU) for n in reversed(nodes)]
+    rng = np.random.default_rng(5)
+    values = rng.uniform(0, 100, (len(keys), len(WIRE_OPERATORS)))
+    values[::7, 2] = math.nan
+    values[::11, 0] = -0.0
+    tags = {n: {"quality": "ok", "lastSample": 1699999990} for n in nodes}
+    tags["node-007"] = {"quality": "stale", "lastSample": 1, "detail": {"cpu": {"age": 900.5}}}
+    present = [*range(0, len(keys), 3), 1]
+    snap = snapshot_of(keys, values[: len(present)], present=present, tags=tags)
+    assert_same_bytes(snap)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(
