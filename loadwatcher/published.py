@@ -2,7 +2,7 @@
 
 The body every scheduler asks for — the default format of the default window — is rendered,
 gzip-compressed and hashed when the snapshot is published, in the cycle's worker thread
-(~30 ms at 5,000 nodes: ``renderbytes`` ~19 ms, ISA-L gzip ~9 ms, the ETag ~1 ms).
+(~26 ms at 5,000 nodes: ``renderbytes`` ~15 ms, ISA-L gzip ~9 ms, the ETag ~1 ms).
 Every other body (another window, the KEP format, one node) is rendered at most once per
 snapshot, on first request, in a worker thread; concurrent first requests wait for the same
 rendering. At 5,000 nodes a body is ~10 MB of JSON: rendering all six window/format bodies
