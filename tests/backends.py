@@ -62,6 +62,7 @@ DEBIAN_PACKAGES: dict[str, str] = {
     "promtool": "prometheus",
     "victoria-metrics": "victoria-metrics",
     "influxd": "influxdb",
+    "kubectl": "kubernetes-client",
 }
 
 # Loopback only: never go through an HTTP proxy configured in the environment.

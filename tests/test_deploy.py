@@ -23,7 +23,6 @@ import copy
 import hashlib
 import json
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -231,9 +230,7 @@ def one(objs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_rendering_matches_kubectl_kustomize(target: str, rendered) -> None:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl not installed: the Python rendering is checked on its own")
+    kubectl = require_binary("kubectl")
     out = subprocess.run(
         [kubectl, "kustomize", str(DEPLOY / target)],
         capture_output=True,

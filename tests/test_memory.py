@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from backends import unavailable
 
 PROBE = """
 import ctypes, sys
@@ -32,10 +33,10 @@ mid = np.ones(3 << 20, np.uint8)
 print("mmapped" if libc.mallinfo2().hblkhd - before >= 3 << 20 else "heap")
 """
 
-glibc_only = pytest.mark.skipif(
-    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
-    reason="mallopt/mallinfo2 are glibc's",
-)
+@pytest.fixture
+def glibc() -> None:
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        unavailable("mallopt/mallinfo2 are glibc's")
 
 
 def probe(*args: str, env: dict[str, str] | None = None) -> str:
@@ -46,7 +47,7 @@ def probe(*args: str, env: dict[str, str] | None = None) -> str:
     return done.stdout.strip()
 
 
-@glibc_only
+@pytest.mark.usefixtures("glibc")
 def test_large_buffers_stay_out_of_the_heap_once_configured() -> None:
     # Without it, a freed 8 MiB array makes the next 3 MiB one come from the heap, where
     # it fragments what malloc_trim can give back; with it every buffer over 1 MiB is its
@@ -55,7 +56,7 @@ def test_large_buffers_stay_out_of_the_heap_once_configured() -> None:
     assert probe("configure") == "mmapped"
 
 
-@glibc_only
+@pytest.mark.usefixtures("glibc")
 def test_the_environment_wins_over_the_built_in_setting() -> None:
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(16 << 20)}
     assert probe("configure", env=env) == "heap"
