@@ -50,6 +50,7 @@ def setup_paths() -> None:
 setup_paths()
 import backends  # noqa: E402  (tests/backends.py: the process helpers the tests use too)
 from backends import free_port as free_port  # noqa: E402
+from backends import tail as tail  # noqa: E402
 
 
 class MissingTool(RuntimeError):
@@ -147,10 +148,6 @@ def spawn(
 def stop(proc: subprocess.Popen[bytes] | None, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
     """SIGTERM by PID, wait, then SIGKILL; returns the exit status. Idempotent."""
     return backends.stop_process(proc, timeout_s)
-
-
-def tail(path: Path, chars: int = 3000) -> str:
-    return backends.tail(path, chars)
 
 
 def load_average() -> str:

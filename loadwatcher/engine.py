@@ -202,9 +202,10 @@ class Engine:
 
     async def settle(self) -> None:
         """Wait for the work a cycle leaves for the idle time after it (the WAL fold)."""
-        if self._maintenance is not None:
-            await self._maintenance
-            self._maintenance = None
+        # Taken before awaiting: work that failed is reported to one cycle, not to all.
+        work, self._maintenance = self._maintenance, None
+        if work is not None:
+            await work
 
     async def _fold_wal(self) -> None:
         """The cycle's WAL into the main file, in the idle time before the next poll (it

@@ -145,7 +145,7 @@ class Journal:
         await self._db.execute("PRAGMA synchronous=NORMAL")
         await self._db.execute("PRAGMA busy_timeout=2000")
         # No checkpoint inside a cycle's commit (it doubled the write at 5,000 nodes): the
-        # engine calls ``fold_wal`` while the next fetch waits on the network.
+        # engine calls ``fold_wal`` after the cycle, in the idle time before the next poll.
         await self._db.execute("PRAGMA wal_autocheckpoint=0")
 
     async def _check(self) -> None:

@@ -24,7 +24,7 @@ from influxdb_client.client.influxdb_client_async import InfluxDBClientAsync
 from influxdb_client.rest import ApiException
 
 from loadwatcher.errors import ProviderError, ProviderErrorKind
-from loadwatcher.providers.http import HttpSettings, TokenSource
+from loadwatcher.providers.http import HttpSettings, TokenSource, transport_error
 from loadwatcher.providers.influxdb import (
     CAPACITY_CPU_FIELD,
     CAPACITY_CPU_MEASUREMENT,
@@ -187,16 +187,8 @@ class FluxBackend:
                 f"{address}/api/v2/query answered something that is not annotated CSV: {exc}",
                 query=query,
             ) from exc
-        except TimeoutError as exc:
-            raise ProviderError(
-                ProviderErrorKind.TIMEOUT,
-                f"{address}/api/v2/query did not answer within {self.http.timeout_s:g} s",
-                query=query,
-            ) from exc
-        except aiohttp.ClientError as exc:
-            raise ProviderError(
-                ProviderErrorKind.CONNECT, f"request to {address} failed: {exc}", query=query
-            ) from exc
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise transport_error(exc, f"{address}/api/v2/query", self.http, query) from exc
 
     async def points(self, q: FieldQuery, host_tag: str, start_ns: int, end_ns: int) -> Points:
         text = select_points(self.bucket, q, host_tag, start_ns, end_ns)

@@ -157,29 +157,34 @@ class HttpBackend:
                 method, url, params=params, data=data, headers=self._headers()
             ) as resp:
                 return url, resp.status, await resp.read()
-        except TimeoutError as exc:
-            raise ProviderError(
-                ProviderErrorKind.TIMEOUT,
-                f"{url} did not answer within {self.settings.timeout_s:g} s",
-                query=query,
-            ) from exc
-        except aiohttp.ClientConnectorError as exc:
-            raise ProviderError(
-                ProviderErrorKind.CONNECT,
-                f"cannot connect to {self.settings.address}: {exc.os_error}",
-                query=query,
-            ) from exc
-        except aiohttp.ClientError as exc:
-            raise ProviderError(
-                ProviderErrorKind.CONNECT,
-                f"request to {self.settings.address} failed: {exc}",
-                query=query,
-            ) from exc
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise transport_error(exc, url, self.settings, query) from exc
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def transport_error(
+    exc: TimeoutError | aiohttp.ClientError, url: str, settings: HttpSettings, query: str | None
+) -> ProviderError:
+    """The ProviderError for a request to ``url`` that got no HTTP answer."""
+    if isinstance(exc, TimeoutError):
+        return ProviderError(
+            ProviderErrorKind.TIMEOUT,
+            f"{url} did not answer within {settings.timeout_s:g} s",
+            query=query,
+        )
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return ProviderError(
+            ProviderErrorKind.CONNECT,
+            f"cannot connect to {settings.address}: {exc.os_error}",
+            query=query,
+        )
+    return ProviderError(
+        ProviderErrorKind.CONNECT, f"request to {settings.address} failed: {exc}", query=query
+    )
 
 
 def _decode(status: int, body: bytes, url: str, query: str | None) -> Any:
