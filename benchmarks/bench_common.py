@@ -50,6 +50,7 @@ def setup_paths() -> None:
 setup_paths()
 import backends  # noqa: E402  (tests/backends.py: the process helpers the tests use too)
 from backends import free_port as free_port  # noqa: E402
+from backends import serve_argv as serve_argv  # noqa: E402
 from backends import tail as tail  # noqa: E402
 
 

@@ -16,7 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
-from bench_common import REPO, free_port, http_get, memory_kib, progress, spawn, stop, tail
+from bench_common import (
+    REPO,
+    free_port,
+    http_get,
+    memory_kib,
+    progress,
+    serve_argv,
+    spawn,
+    stop,
+    tail,
+)
 
 POLL_S = 0.01
 
@@ -55,20 +65,7 @@ class Service:
                 "PYTHONPATH": str(REPO),
             }
         )
-        argv = [
-            sys.executable,
-            "-m",
-            "loadwatcher",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--db",
-            str(self.db),
-            "--poll-interval-s",
-            f"{self.poll_interval_s:g}",
-        ]
+        argv = serve_argv(self.port, self.db, self.poll_interval_s)
         self.spawned_at = time.monotonic()
         self.proc = spawn(argv, self.log_path, env=env, cwd=REPO)
         return self

@@ -34,6 +34,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -153,6 +154,24 @@ def get_json(
     if not 200 <= status < 300:
         raise BackendError(f"GET {url} {dict(params or {})} -> HTTP {status}: {body[:500]!r}")
     return json.loads(body)
+
+
+def serve_argv(port: int, db: Path | str, poll_interval_s: float) -> list[str]:
+    """``python -m loadwatcher serve`` on 127.0.0.1:``port`` with journal ``db``."""
+    return [
+        sys.executable,
+        "-m",
+        "loadwatcher",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--db",
+        str(db),
+        "--poll-interval-s",
+        f"{poll_interval_s:g}",
+    ]
 
 
 def spawn_process(

@@ -19,7 +19,6 @@ import signal
 import sqlite3
 import struct
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -29,28 +28,11 @@ from typing import Any
 
 import numpy as np
 from aiohttp import ClientSession, ClientTimeout, web
-from backends import Series, Server, free_port, unavailable
+from backends import Series, Server, free_port, serve_argv, unavailable
 from remote_write import push
 from synth import CPU_METRIC, MEM_METRIC
 
 # --------------------------------------------------------------------------- the service
-
-
-def _serve_argv(port: int, db: Path | str, poll_interval_s: float) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "loadwatcher",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--db",
-        str(db),
-        "--poll-interval-s",
-        str(poll_interval_s),
-    ]
 
 
 @dataclass(eq=False)
@@ -88,7 +70,7 @@ class Service:
                 **env,
             }
         )
-        return cls(port, log, _serve_argv(port, db, poll_interval_s), base)
+        return cls(port, log, serve_argv(port, db, poll_interval_s), base)
 
     @classmethod
     def host(
@@ -99,7 +81,7 @@ class Service:
         env = {
             k: v for k, v in os.environ.items() if not k.startswith(("LOADWATCHER_", "METRICS_"))
         }
-        return cls(port, log, _serve_argv(port, db, poll_interval_s), env)
+        return cls(port, log, serve_argv(port, db, poll_interval_s), env)
 
     @property
     def url(self) -> str:

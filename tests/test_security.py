@@ -6,14 +6,13 @@ import json
 import os
 import ssl
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
-from backends import free_port
+from backends import free_port, serve_argv
 from service import settings
 from tls import make_pki
 
@@ -100,20 +99,7 @@ def test_https_service_end_to_end(tmp_path) -> None:
     )
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "loadwatcher",
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--db",
-                str(tmp_path / "lw.db"),
-                "--poll-interval-s",
-                "1",
-            ],
+            serve_argv(port, tmp_path / "lw.db", 1),
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
