@@ -140,8 +140,8 @@ class Probe:
         store: Any = engine.store
         add = store.add
 
-        def counting_add(series: Any) -> Any:
-            result = add(series)
+        def counting_add(series: Any, **kwargs: Any) -> Any:
+            result = add(series, **kwargs)
             self.samples += len(result.added)
             return result
 

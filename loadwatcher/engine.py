@@ -196,9 +196,9 @@ class Engine:
         self.metrics.poll_duration.observe(time.perf_counter() - started)
 
     def _ingest(self, result: FetchResult, now: float) -> AddResult:
-        added = self.store.add([*result.series, *result.batches])
-        self.store.trim(now - self.options.retention_s)
-        return added
+        return self.store.add(
+            [*result.series, *result.batches], keep_from=now - self.options.retention_s
+        )
 
     async def settle(self) -> None:
         """Wait for the work a cycle leaves for the idle time after it (the WAL fold)."""
@@ -238,8 +238,9 @@ class Engine:
         if self.second_error is not None:
             log.info("corroborating provider answers again")
         self.second_error = None
-        self.second_store.add([*result.series, *result.batches])
-        self.second_store.trim(now - self.options.retention_s)
+        self.second_store.add(
+            [*result.series, *result.batches], keep_from=now - self.options.retention_s
+        )
 
     def _disagreeing(self, now: float) -> dict[str, set[Resource]]:
         if self.second is None or self.second_error is not None:
