@@ -189,8 +189,7 @@ class Engine:
             await persist
             raise
         self.current = pub
-        memory.trim()
-        self._maintenance = asyncio.ensure_future(self._fold_wal())
+        self._maintenance = asyncio.ensure_future(self._after_cycle())
         self._log_quality()
         self._log_health(now)
         self.metrics.poll_duration.observe(time.perf_counter() - started)
@@ -201,11 +200,18 @@ class Engine:
         )
 
     async def settle(self) -> None:
-        """Wait for the work a cycle leaves for the idle time after it (the WAL fold)."""
+        """Wait for the work a cycle leaves for the idle time after it (the WAL fold and
+        giving freed memory back)."""
         # Taken before awaiting: work that failed is reported to one cycle, not to all.
         work, self._maintenance = self._maintenance, None
         if work is not None:
             await work
+
+    async def _after_cycle(self) -> None:
+        """Idle-time work: fold the WAL, then return the cycle's freed memory to the system
+        (malloc_trim takes 2-4 ms at 5,000 nodes: off the event loop, after the cycle)."""
+        await self._fold_wal()
+        await asyncio.to_thread(memory.trim)
 
     async def _fold_wal(self) -> None:
         """The cycle's WAL into the main file, in the idle time before the next poll (it

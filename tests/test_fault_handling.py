@@ -13,6 +13,7 @@ import logging
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import pytest
 from backends import free_port
 from faults import journal_rows
 
-from loadwatcher import app, config
+from loadwatcher import app, config, memory
 from loadwatcher.engine import Engine, EngineOptions
 from loadwatcher.errors import JournalError
 from loadwatcher.journal import Journal
@@ -331,3 +332,23 @@ def test_sigterm_while_the_service_still_imports_stops_it_cleanly(tmp_path: Path
     assert done.returncode == 0, done.stderr[-2000:]
     assert "received during start-up: stopping" in done.stderr
     assert "stopped" in done.stderr and "Traceback" not in done.stderr
+
+
+async def test_freed_memory_is_given_back_after_the_cycle_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """malloc_trim is idle-time work: after the cycle is published, in a worker thread."""
+    calls: list[tuple[bool, bool]] = []  # (on the event loop's thread, cycle published)
+    loop_thread = threading.get_ident()
+    e = engine(tmp_path / "lw.db", ["a"])
+
+    def trim() -> bool:
+        calls.append((threading.get_ident() == loop_thread, e.current is not None))
+        return True
+
+    monkeypatch.setattr(memory, "trim", trim)
+    await e.recover()
+    await e.cycle(T0)
+    await e.settle()
+    assert calls == [(False, True)]
+    await e.close()
