@@ -113,14 +113,14 @@ class Probe:
             ("loadwatcher.analysis", "analyse", "analysis"),
             ("loadwatcher.snapshot", "build", "rollups"),
             ("loadwatcher.published", "publish", "render+gzip"),
-            ("loadwatcher.snapshot", "to_bytes", "snapshot→bytes"),
+            ("loadwatcher.snapshot", "to_journal", "snapshot→bytes"),
         ):
             module = importlib.import_module(module_name)
             original = getattr(module, attr, None)
             if original is None:
                 continue
             wrapped = self._timed(phase, original)
-            if attr == "to_bytes":
+            if attr == "to_journal":
                 wrapped = self._count_bytes(wrapped)
             setattr(module, attr, wrapped)
             self._stack.callback(setattr, module, attr, original)

@@ -203,8 +203,8 @@ def _other_rows(results: Results) -> list[str]:
             )
         rows.append(
             f"| 6 | journal file size after the steady cycles (checkpointed; WAL before: "
-            f"{cyc.journal_wal_bytes / 1e6:,.1f} MB; snapshot blob "
-            f"{cyc.snapshot_bytes / 1e6:,.1f} MB) | {_n(largest)} | "
+            f"{cyc.journal_wal_bytes / 1e6:,.1f} MB; snapshot recipe "
+            f"{cyc.snapshot_bytes / 1e3:,.1f} kB) | {_n(largest)} | "
             f"{cyc.journal_bytes / 1e6:,.1f} MB | | | — | — |"
         )
     return rows
@@ -280,7 +280,9 @@ def markdown(results: Results, old_text: str | None) -> str:
         "(compare with `bare HTTP`, the same requests with the bodies thrown away); "
         "`store` appends and trims the sample columns; `render+gzip` renders and compresses "
         "the default body (15m, default format; other bodies are rendered on first request); "
-        "`snapshot→bytes` serialises the snapshot for the journal. Rendering runs at the same "
+        "`snapshot→bytes` serialises the snapshot's recipe for the journal (time, tags, node "
+        "facts: the windows are rebuilt from the journal's samples on restart). Rendering "
+        "runs at the same "
         "time as the `journal write`, so `other` (event loop, thread hand-offs, logging) is "
         "the cycle minus the serial phases and the longer of those two.",
         "",

@@ -1,7 +1,7 @@
 """Wiring: the one place that builds the long-lived tasks and shuts them down.
 
-Start-up order makes a restart useful at once: open the journal and publish its last
-snapshot, start the HTTP server, load the journal's samples, then poll. Signals only set
+Start-up order makes a restart useful at once: start the HTTP server, open the journal,
+load its samples and publish the last snapshot rebuilt from them, then poll. Signals only set
 the stop event; shutdown finishes the cycle in flight, flushes and closes the journal,
 then stops the HTTP server.
 """

@@ -96,37 +96,56 @@ class Engine:
     # -- start-up ---------------------------------------------------------------------
 
     async def recover(self) -> None:
-        """Serve the journal's last snapshot at once, then load its samples."""
+        """Serve the journal's last snapshot at once, with the samples it was made from.
+
+        The journal keeps the snapshot's recipe (time, tags, node facts), and the windows
+        are rebuilt from the journal's samples; journals of earlier versions hold the whole
+        snapshot, which is served before their samples are loaded.
+        """
         if self.journal is None:
             return
         try:
             await self._open_journal()
             body = await self.journal.load_snapshot()
+            restored: Snapshot | snapshot.Recipe | None = None
             if body is not None:
                 try:
-                    pub = await asyncio.to_thread(published.from_journal, body)
+                    restored = await asyncio.to_thread(snapshot.from_journal, body)
                 except ValueError as exc:
                     log.warning("journal snapshot unreadable, ignoring it: %s", exc)
-                else:
-                    self.current = pub
-                    snap = pub.snapshot
-                    self.node_info = dict(snap.node_info)
-                    log.info(
-                        "serving the journal's snapshot from %.0f s ago (%d nodes)",
-                        self.clock() - snap.taken_at,
-                        len(snap.nodes),
-                    )
-            recovered = await self.journal.load_samples(self.clock() - self.options.retention_s)
+            if isinstance(restored, Snapshot):
+                await self._serve_restored(restored)
+            keep_from = self.clock() - self.options.retention_s
+            since = keep_from
+            if isinstance(restored, snapshot.Recipe):
+                # The samples the snapshot was made from, even those out of retention by now.
+                since = min(since, restored.taken_at - self.options.retention_s)
+            recovered = await self.journal.load_samples(since)
             self.store.load(recovered.keys, recovered.samples)
+            if isinstance(restored, snapshot.Recipe):
+                snap = await asyncio.to_thread(
+                    restored.build, self.store.columns, list(self.store.keys)
+                )
+                await self._serve_restored(snap)
+                self.store.trim(keep_from)
             log.info(
                 "recovered %d samples of %d series from the journal",
-                len(recovered.samples),
+                len(self.store.columns),
                 len(recovered.keys),
             )
         except JournalError as exc:
             # Serve from memory; each cycle tries to open the journal again (see _persist).
             self._journal_failed(exc)
             await self.journal.close()
+
+    async def _serve_restored(self, snap: Snapshot) -> None:
+        self.current = await asyncio.to_thread(published.publish, snap)
+        self.node_info = dict(snap.node_info)
+        log.info(
+            "serving the journal's snapshot from %.0f s ago (%d nodes)",
+            self.clock() - snap.taken_at,
+            len(snap.nodes),
+        )
 
     async def _open_journal(self) -> None:
         assert self.journal is not None
@@ -281,7 +300,7 @@ class Engine:
             self.report.tags,
             dict(self.node_info),
         )
-        return snap, snapshot.to_bytes(snap) if self.journal is not None else None
+        return snap, snapshot.to_journal(snap) if self.journal is not None else None
 
     async def _retag(self, now: float) -> None:
         """Provider outage: keep the last rollups and their time, refresh the quality tags."""
@@ -427,7 +446,7 @@ class Engine:
         if self.journal is not None:
             if len(self._unpersisted) and self.current is not None and self.journal.is_open:
                 snap = self.current.snapshot
-                blob = await asyncio.to_thread(snapshot.to_bytes, snap)
+                blob = await asyncio.to_thread(snapshot.to_journal, snap)
                 await self._persist(_no_samples(), blob, snap.taken_at, self.clock())
             if self.journal.is_open:
                 try:

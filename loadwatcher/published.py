@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import struct
 import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from isal import igzip
 
-from loadwatcher import prepared, render, renderbytes, snapshot
+from loadwatcher import prepared, render, renderbytes
 from loadwatcher.render import Format
 from loadwatcher.snapshot import Snapshot
 
@@ -108,25 +107,3 @@ def publish(snapshot: Snapshot) -> Published:
     pub = Published(snapshot)
     pub.body_now(pub.key(None, Format.DEFAULT))
     return pub
-
-
-# Journals written before the snapshot went in alone (engine.py) held
-#   b"LWP1" | u32 len(snapshot) | u32 len(etag) | snapshot | etag | gzip body
-# Their snapshot is read; the body is rendered again like any other.
-_OLD_MAGIC = b"LWP1"
-_OLD_HEADER = struct.Struct("<4sII")
-
-
-def from_journal(blob: bytes) -> Published:
-    """The journal's snapshot blob, its default body rendered (CPU work: use a thread).
-
-    Raises ValueError when the blob is not a snapshot.
-    """
-    if blob.startswith(_OLD_MAGIC):
-        if len(blob) < _OLD_HEADER.size:
-            raise ValueError("journal snapshot blob is truncated")
-        _, n_snap, _ = _OLD_HEADER.unpack_from(blob)
-        if len(blob) < _OLD_HEADER.size + n_snap:
-            raise ValueError("journal snapshot blob is truncated")
-        blob = blob[_OLD_HEADER.size : _OLD_HEADER.size + n_snap]
-    return publish(snapshot.from_bytes(blob))

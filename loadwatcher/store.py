@@ -152,11 +152,19 @@ class SampleStore:
         self._keys, self._index = [], {}
         self._newest = np.empty(0, np.float64)
         self._cols = _empty_columns()
-        remap = np.array([self.series_id(n, r) for n, r in keys] or [0], np.int64)
-        sid = remap[cols.sid] if len(cols) else cols.sid
+        if len(set(keys)) == len(keys):  # the journal's keys are unique: ids stay as they are
+            self._keys, self._index = list(keys), {key: i for i, key in enumerate(keys)}
+            self._newest = np.full(max(16, len(keys)), -np.inf)
+            sid = cols.sid
+        else:
+            remap = np.array([self.series_id(n, r) for n, r in keys] or [0], np.int64)
+            sid = remap[cols.sid] if len(cols) else cols.sid
         if len(cols):
-            order = np.lexsort((cols.ts, sid))
-            self._cols = Columns(sid[order], cols.ts[order], cols.val[order])
+            ordered = Columns(sid, cols.ts, cols.val)
+            if not _ordered(ordered):
+                order = np.lexsort((cols.ts, sid))
+                ordered = Columns(sid[order], cols.ts[order], cols.val[order])
+            self._cols = ordered
             np.maximum.at(self._newest, sid, cols.ts)
 
     def trim(self, before: float) -> int:
@@ -254,6 +262,13 @@ def _prefixes_only(old: Columns, gone: IntArray, start: IntArray, lost: IntArray
     sid = old.sid[gone]
     rank = np.arange(gone.shape[0]) - np.repeat(np.cumsum(lost) - lost, lost)
     return bool(np.array_equal(gone - start[sid], rank))
+
+
+def _ordered(cols: Columns) -> bool:
+    """Whether ``cols`` are in strict (series, time) order."""
+    sid, ts = cols.sid, cols.ts
+    rising = sid[1:] > sid[:-1]
+    return bool(np.all(rising | ((sid[1:] == sid[:-1]) & (ts[1:] > ts[:-1]))))
 
 
 def _since(cols: Columns, keep_from: float) -> Columns:

@@ -15,19 +15,22 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import legacy_journal
 import numpy as np
 import pytest
 from backends import free_port
 from faults import journal_rows
 
-from loadwatcher import app, config, memory
+from loadwatcher import app, config, memory, render
 from loadwatcher.engine import Engine, EngineOptions
 from loadwatcher.errors import JournalError
 from loadwatcher.journal import Journal
 from loadwatcher.model import FetchResult, Resource, Series
+from loadwatcher.render import Format
 
 T0 = 1_700_000_000.0
 NAMES = {Resource.CPU: "cpu", Resource.MEMORY: "memory"}
@@ -66,9 +69,14 @@ class Scripted:
         self.closed = True
 
 
-def engine(db: Path, nodes: list[str], poll_interval_s: float = 15.0) -> Engine:
+def engine(
+    db: Path,
+    nodes: list[str],
+    poll_interval_s: float = 15.0,
+    clock: Callable[[], float] = time.time,
+) -> Engine:
     options = EngineOptions(poll_interval_s=poll_interval_s, retention_s=1020.0)
-    return Engine(Scripted(nodes), Journal(str(db)), options, NAMES, clock=time.time)
+    return Engine(Scripted(nodes), Journal(str(db)), options, NAMES, clock=clock)
 
 
 def in_file(db: Path) -> dict[tuple[str, str], dict[float, float]]:
@@ -352,3 +360,51 @@ async def test_freed_memory_is_given_back_after_the_cycle_off_the_event_loop(
     await e.settle()
     assert calls == [(False, True)]
     await e.close()
+
+
+async def _served_then_closed(db: Path, cycles: int) -> dict[str, Any]:
+    """Run ``cycles`` cycles from T0 every 15 s; the default document they left served."""
+    first = engine(db, ["a", "b", "c"])
+    await first.recover()
+    for k in range(cycles):
+        await first.cycle(T0 + 15 * k)
+    assert first.current is not None
+    served = render.document(first.current.snapshot, "15m", Format.DEFAULT)
+    await first.close()
+    return served
+
+
+async def test_a_restart_long_after_the_last_cycle_serves_that_cycle_unchanged(
+    tmp_path: Path,
+) -> None:
+    """The windows are rebuilt from the journal's samples as of the snapshot's time, even
+    when the restart comes after they all left the retention; the store then drops them."""
+    db = tmp_path / "lw.db"
+    served = await _served_then_closed(db, 70)
+    last = T0 + 15 * 69
+    second = engine(db, ["a", "b", "c"], clock=lambda: last + 5000)
+    await second.recover()
+    assert second.current is not None and second.current.snapshot.taken_at == last
+    assert render.document(second.current.snapshot, "15m", Format.DEFAULT) == served
+    assert len(second.store.columns) == 0
+    await second.close()
+
+
+async def test_a_journal_of_the_previous_format_serves_its_whole_snapshot(tmp_path: Path) -> None:
+    """Journals written before the recipe held the whole snapshot (format 2): it is served
+    as it is, then the samples are loaded."""
+    db = tmp_path / "lw.db"
+    served = await _served_then_closed(db, 8)
+    first = engine(db, ["a", "b", "c"])
+    await first.recover()
+    assert first.current is not None
+    old = legacy_journal.format_2(first.current.snapshot)
+    await first.close()
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute("UPDATE snapshot SET body = ? WHERE id = 1", (old,))
+    second = engine(db, ["a", "b", "c"], clock=lambda: T0 + 200)
+    await second.recover()
+    assert second.current is not None
+    assert render.document(second.current.snapshot, "15m", Format.DEFAULT) == served
+    assert len(second.store.columns) == 3 * 2 * 8
+    await second.close()

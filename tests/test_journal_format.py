@@ -1,4 +1,4 @@
-"""The journal's file format: sample chunks, the binary snapshot, and upgrades from schema 1.
+"""The journal's file format: sample chunks, the snapshot recipe, and upgrades from schema 1.
 
 No backend: these drive ``Journal`` and ``snapshot`` directly and read the file with plain
 ``sqlite3`` where the format itself is the point.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import legacy_journal
 import numpy as np
-import orjson
 import pytest
 from faults import journal_rows
 
@@ -28,7 +28,7 @@ def cols(sid: list[int], ts: list[float], val: list[float]) -> Columns:
     return Columns(np.asarray(sid, np.int64), np.asarray(ts, float), np.asarray(val, float))
 
 
-def make_snapshot(nodes: int = 4) -> snapshot.Snapshot:
+def make_snapshot_and_store(nodes: int = 4) -> tuple[snapshot.Snapshot, SampleStore]:
     store = SampleStore()
     ts = np.arange(0.0, 1000.0, 15.0)
     rng = np.random.default_rng(7)
@@ -43,7 +43,12 @@ def make_snapshot(nodes: int = 4) -> snapshot.Snapshot:
         f"n{i}": {"quality": "ok", "lastSample": 990, "detail": {"x": [1, 2]}} for i in range(nodes)
     }
     info = {"n0": {"capacity_cpu": "4", "allocatable_memory": "16Gi"}}
-    return snapshot.build(store.columns, list(store.keys), 999.5, "Prometheus", NAMES, tags, info)
+    snap = snapshot.build(store.columns, list(store.keys), 999.5, "Prometheus", NAMES, tags, info)
+    return snap, store
+
+
+def make_snapshot(nodes: int = 4) -> snapshot.Snapshot:
+    return make_snapshot_and_store(nodes)[0]
 
 
 def assert_same(a: snapshot.Snapshot, b: snapshot.Snapshot) -> None:
@@ -65,41 +70,45 @@ def assert_same(a: snapshot.Snapshot, b: snapshot.Snapshot) -> None:
             assert np.array_equal(w.values[op], v.values[op])  # bit for bit, not approximately
 
 
-def test_snapshot_bytes_round_trip_exactly() -> None:
-    snap = make_snapshot()
-    assert_same(snap, snapshot.from_bytes(snapshot.to_bytes(snap)))
+def test_the_journal_keeps_the_snapshot_recipe_and_rebuilds_the_same_windows() -> None:
+    snap, store = make_snapshot_and_store()
+    body = snapshot.to_journal(snap)
+    assert body.startswith(b"LWS3") and len(body) < 1000
+    recipe = snapshot.from_journal(body)
+    assert isinstance(recipe, snapshot.Recipe)
+    assert_same(snap, recipe.build(store.columns, list(store.keys)))
 
 
-def test_snapshot_format_1_json_from_older_journals_still_reads() -> None:
+def test_whole_snapshots_of_earlier_journals_still_read() -> None:
     snap = make_snapshot()
-    doc = {
-        "format": 1,
-        "taken_at": snap.taken_at,
-        "source": snap.source,
-        "keys": [[n, str(r)] for n, r in snap.keys],
-        "metric_names": {str(r): n for r, n in snap.metric_names.items()},
-        "tags": snap.tags,
-        "node_info": snap.node_info,
-        "windows": {
-            name: {
-                "start": w.start,
-                "end": w.end,
-                "sids": w.sids.tolist(),
-                "count": w.count.tolist(),
-                "newest": w.newest.tolist(),
-                "values": {str(op): a.tolist() for op, a in w.values.items()},
-            }
-            for name, w in snap.windows.items()
-        },
-    }
-    assert_same(snap, snapshot.from_bytes(orjson.dumps(doc)))
+    for blob in (
+        legacy_journal.format_2(snap),
+        legacy_journal.format_1(snap),
+        legacy_journal.published_1(legacy_journal.format_2(snap)),
+    ):
+        back = snapshot.from_journal(blob)
+        assert isinstance(back, snapshot.Snapshot)
+        assert_same(snap, back)
 
 
 def test_damaged_snapshot_bytes_are_a_value_error() -> None:
-    body = snapshot.to_bytes(make_snapshot())
-    for bad in (body[:6], body[:-8], body + b"\0" * 8, b"LWS2" + b"\xff" * 20, b"{}", b""):
+    recipe = snapshot.to_journal(make_snapshot())
+    old = legacy_journal.format_2(make_snapshot())
+    for bad in (
+        recipe[:6],
+        recipe[:-8],
+        b"LWS3" + b"\x1f\x8b" + b"\xff" * 20,
+        old[:6],
+        old[:-8],
+        old + b"\0" * 8,
+        b"LWS2" + b"\xff" * 20,
+        b"LWP1",
+        legacy_journal.published_1(old)[:30],
+        b"{}",
+        b"",
+    ):
         with pytest.raises(ValueError):
-            snapshot.from_bytes(bad)
+            snapshot.from_journal(bad)
 
 
 async def write(db: Path, *cycles: tuple[Columns, float]) -> None:
@@ -196,3 +205,28 @@ async def test_a_torn_chunk_is_a_journal_error_not_a_crash(tmp_path: Path) -> No
             await journal.load_samples(0)
     finally:
         await journal.close()
+
+
+async def test_series_of_a_resource_this_version_does_not_know_are_left_out(
+    tmp_path: Path,
+) -> None:
+    """A file written by a later version with another resource: its samples are not loaded
+    (and never crash the start), the known series load as usual."""
+    db = tmp_path / "lw.db"
+    await write(db, (cols([0, 1], [10, 10], [1, 2]), 0))
+    with sqlite3.connect(db) as conn:
+        conn.execute("INSERT INTO series (id, node, resource) VALUES (7, 'g', 'gpu')")
+        conn.execute(
+            "INSERT INTO chunks (ts_min, ts_max, n, sid, ts, val) VALUES (10, 20, 2, ?, ?, ?)",
+            (
+                np.array([7, 0], "<i8").tobytes(),
+                np.array([20, 20], "<f8").tobytes(),
+                np.array([50, 3], "<f8").tobytes(),
+            ),
+        )
+    samples = await load(db, 0)
+    assert (samples.sid.tolist(), samples.ts.tolist(), samples.val.tolist()) == (
+        [0, 0, 1],
+        [10.0, 20.0, 10.0],
+        [1.0, 3.0, 2.0],
+    )

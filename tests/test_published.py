@@ -1,14 +1,12 @@
-"""Published bodies: lazily rendered once, and the journal form that restarts serve from."""
+"""Published bodies: lazily rendered once, and the same again from the journal's recipe."""
 
 from __future__ import annotations
 
 import asyncio
 import gzip
-import struct
 
 import numpy as np
 import orjson
-import pytest
 
 from loadwatcher import published, render, snapshot
 from loadwatcher.model import Resource, Series
@@ -18,7 +16,7 @@ from loadwatcher.store import SampleStore
 NAMES = {Resource.CPU: "cpu_q", Resource.MEMORY: "mem_q"}
 
 
-def make_snapshot(nodes: int = 3) -> snapshot.Snapshot:
+def make_store(nodes: int = 3) -> SampleStore:
     store = SampleStore()
     ts = np.arange(0.0, 1000.0, 15.0)
     rng = np.random.default_rng(3)
@@ -29,8 +27,17 @@ def make_snapshot(nodes: int = 3) -> snapshot.Snapshot:
             for r in (Resource.CPU, Resource.MEMORY)
         ]
     )
-    tags = {f"n{i}": {"quality": "ok", "lastSample": 990} for i in range(nodes)}
+    return store
+
+
+def snapshot_of(store: SampleStore) -> snapshot.Snapshot:
+    nodes = sorted({node for node, _ in store.keys})
+    tags = {node: {"quality": "ok", "lastSample": 990} for node in nodes}
     return snapshot.build(store.columns, list(store.keys), 999.5, "Prometheus", NAMES, tags, {})
+
+
+def make_snapshot(nodes: int = 3) -> snapshot.Snapshot:
+    return snapshot_of(make_store(nodes))
 
 
 async def test_bodies_render_once_and_match_the_document() -> None:
@@ -47,16 +54,12 @@ async def test_bodies_render_once_and_match_the_document() -> None:
     assert one is not None and list(orjson.loads(one.raw)["data"]["NodeMetricsMap"]) == ["n1"]
 
 
-async def test_journal_snapshot_restores_the_same_bodies() -> None:
-    pub = published.publish(make_snapshot())
-    blob = snapshot.to_bytes(pub.snapshot)
-    back = published.from_journal(blob)
-    hit, body = back.cached(back.key(None, Format.DEFAULT))
-    assert hit and body == (await pub.body(None, Format.DEFAULT))  # rendered on restore
-    assert (await back.body("10m", Format.KEP)) == (await pub.body("10m", Format.KEP))
-    # The form older journals wrote (snapshot + etag + gzip body) still loads.
-    old = struct.pack("<4sII", b"LWP1", len(blob), 4) + blob + b'"x"x' + b"gz"
-    assert published.from_journal(old).snapshot.taken_at == 999.5
-    for bad in (b"LWP1", old[:30], b"garbage"):
-        with pytest.raises(ValueError):
-            published.from_journal(bad)
+async def test_a_snapshot_rebuilt_from_its_journal_recipe_serves_the_same_bytes() -> None:
+    store = make_store()
+    snap = snapshot_of(store)
+    pub = published.publish(snap)
+    recipe = snapshot.from_journal(snapshot.to_journal(snap))
+    assert isinstance(recipe, snapshot.Recipe)
+    back = published.publish(recipe.build(store.columns, list(store.keys)))
+    for window, fmt in ((None, Format.DEFAULT), ("10m", Format.KEP), ("5m", Format.DEFAULT)):
+        assert (await back.body(window, fmt)) == (await pub.body(window, fmt))
