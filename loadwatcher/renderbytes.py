@@ -4,7 +4,7 @@
 the same bytes (tested byte for byte) for the bodies the service serves. A 5,000-node body
 holds 90,000 metric objects: building a dict for each and encoding them cost ~70 ms per
 cycle. Here every metric object is a constant prefix (name, type, operator, rollup — one per
-resource and operator) followed by its value, and the body is one ``b"".join`` of:
+resource and operator) followed by its value, and the body is the concatenation of:
 
 - the values of all rows, in wire order, formatted by one ``orjson.dumps`` of a numpy array
   and split at the commas (so each number is exactly the text orjson writes for a float,
@@ -24,6 +24,7 @@ Needs ``orjson.Fragment``.
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import numpy as np
@@ -158,4 +159,9 @@ def encode(snap: Snapshot, window: str, fmt: Format, only: str | None = None) ->
     parts[0:-1:2] = glue.ravel().tolist()
     parts[1::2] = numbers
     parts[-1] = pieces[-1]
-    return b"".join(parts)
+    # Not b"".join: it allocates a buffer descriptor per part (80 bytes x 180,000 = 14 MB at
+    # 5,000 nodes) beside the body. BytesIO grows one buffer in place and hands it over:
+    # 8 ms instead of 14, and half the fresh memory.
+    out = io.BytesIO()
+    out.writelines(parts)
+    return out.getvalue()
