@@ -202,12 +202,31 @@ def import_cost(runs: int) -> tuple[list[float], int]:
     return seconds, rss
 
 
+def crashed_journal(workdir: Path, prom_url: str, nodes: int, clean: Path) -> Path:
+    """A journal as a ``kill -9`` leaves it: a service on a copy of ``clean`` polls once
+    (its cycle writes the snapshot's recipe) and is killed; the WAL is kept."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    db = workdir / "crashed.db"
+    shutil.copyfile(clean, db)
+    service = Service(workdir, db, prom_url, free_port(), name="crash")
+    try:
+        service.start()
+        service.wait_all_nodes(nodes, timeout_s=120)
+        service.wait_cycles(1, timeout_s=120)
+    finally:
+        if service.proc is not None:
+            service.proc.kill()
+            service.proc.wait(timeout=30)
+    return db
+
+
 def restart(
     workdir: Path, dead_prom_url: str, nodes: int, journal: Path, runs: int
 ) -> RestartResult:
     """Process start → first 200 with all ``nodes`` from ``journal``, provider down.
 
-    Each run starts from a fresh copy of the same journal file (page cache warm).
+    Each run starts from a fresh copy of the same journal file and its WAL, if it has one
+    (page cache warm).
     """
 
     result = RestartResult(nodes)
@@ -215,6 +234,9 @@ def restart(
     for run in range(runs):
         db = workdir / f"restart-{run}.db"
         shutil.copyfile(journal, db)
+        wal = Path(str(journal) + "-wal")
+        if wal.exists():
+            shutil.copyfile(wal, str(db) + "-wal")
         service = Service(workdir, db, dead_prom_url, free_port(), name="restart")
         try:
             service.start()

@@ -304,10 +304,16 @@ def run_size(
                 args.memory_cycles,
                 args.memory_poll_interval_s,
             )
+            progress(f"{nodes} nodes: a journal left by kill -9 after a poll")
+            crashed = bench_process.crashed_journal(workdir / "crash", server.url, nodes, journal)
             server.stop()
             progress(f"{nodes} nodes: restart from the journal, Prometheus stopped")
             results.restart = bench_process.restart(
                 workdir / "restart", server.url, nodes, journal, args.restart_runs
+            )
+            progress(f"{nodes} nodes: restart after kill -9, Prometheus stopped")
+            results.restart_crash = bench_process.restart(
+                workdir / "restart-crash", server.url, nodes, crashed, args.restart_runs
             )
     finally:
         server.stop()

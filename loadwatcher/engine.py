@@ -96,11 +96,11 @@ class Engine:
     # -- start-up ---------------------------------------------------------------------
 
     async def recover(self) -> None:
-        """Serve the journal's last snapshot at once, with the samples it was made from.
+        """Serve the journal's last snapshot at once, then hold its samples.
 
-        The journal keeps the snapshot's recipe (time, tags, node facts), and the windows
-        are rebuilt from the journal's samples; journals of earlier versions hold the whole
-        snapshot, which is served before their samples are loaded.
+        After a clean stop the journal holds the whole snapshot, served before the samples
+        are loaded. After a crash it holds the last cycle's recipe (time, tags, node
+        facts): the samples are loaded first and the windows rebuilt from them.
         """
         if self.journal is None:
             return
@@ -441,7 +441,8 @@ class Engine:
                 await asyncio.wait_for(stop.wait(), timeout=delay)
 
     async def close(self) -> None:
-        """Flush (samples a failed write left behind) and close the journal, then the provider."""
+        """Flush (samples a failed write left behind), leave the whole snapshot for the next
+        start, and close the journal, then the provider."""
         await self.settle()
         if self.journal is not None:
             if len(self._unpersisted) and self.current is not None and self.journal.is_open:
@@ -450,6 +451,12 @@ class Engine:
                 await self._persist(_no_samples(), blob, snap.taken_at, self.clock())
             if self.journal.is_open:
                 try:
+                    if self.current is not None:
+                        # The restart after a clean stop (a rolling update) serves this
+                        # before loading the samples; the cycles' recipes replace it.
+                        snap = self.current.snapshot
+                        whole = await asyncio.to_thread(snapshot.to_bytes, snap)
+                        await self.journal.write_snapshot(whole, snap.taken_at)
                     await self.journal.checkpoint()
                 except JournalError as exc:
                     log.warning("%s", exc)

@@ -25,7 +25,7 @@ import pytest
 from backends import free_port
 from faults import journal_rows
 
-from loadwatcher import app, config, memory, render
+from loadwatcher import app, config, memory, render, snapshot
 from loadwatcher.engine import Engine, EngineOptions
 from loadwatcher.errors import JournalError
 from loadwatcher.journal import Journal
@@ -362,25 +362,38 @@ async def test_freed_memory_is_given_back_after_the_cycle_off_the_event_loop(
     await e.close()
 
 
-async def _served_then_closed(db: Path, cycles: int) -> dict[str, Any]:
-    """Run ``cycles`` cycles from T0 every 15 s; the default document they left served."""
+async def _served_then_stopped(db: Path, cycles: int, clean: bool) -> dict[str, Any]:
+    """Run ``cycles`` cycles from T0 every 15 s, then stop cleanly or as a crash would (the
+    journal's connection just goes); the default document they left served."""
     first = engine(db, ["a", "b", "c"])
     await first.recover()
     for k in range(cycles):
         await first.cycle(T0 + 15 * k)
     assert first.current is not None
     served = render.document(first.current.snapshot, "15m", Format.DEFAULT)
-    await first.close()
+    await first.settle()
+    if clean:
+        await first.close()
+    else:
+        assert first.journal is not None
+        await first.journal.close()
     return served
 
 
-async def test_a_restart_long_after_the_last_cycle_serves_that_cycle_unchanged(
+def _snapshot_row(db: Path) -> bytes:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return bytes(conn.execute("SELECT body FROM snapshot WHERE id = 1").fetchone()[0])
+
+
+async def test_after_a_crash_the_snapshot_is_rebuilt_from_the_journals_samples(
     tmp_path: Path,
 ) -> None:
-    """The windows are rebuilt from the journal's samples as of the snapshot's time, even
-    when the restart comes after they all left the retention; the store then drops them."""
+    """A crash leaves the last cycle's recipe: the windows are rebuilt from the samples as
+    of the snapshot's time, even when the restart comes after they all left the retention;
+    the store then drops them."""
     db = tmp_path / "lw.db"
-    served = await _served_then_closed(db, 70)
+    served = await _served_then_stopped(db, 70, clean=False)
+    assert _snapshot_row(db).startswith(b"LWS3")
     last = T0 + 15 * 69
     second = engine(db, ["a", "b", "c"], clock=lambda: last + 5000)
     await second.recover()
@@ -390,21 +403,42 @@ async def test_a_restart_long_after_the_last_cycle_serves_that_cycle_unchanged(
     await second.close()
 
 
-async def test_a_journal_of_the_previous_format_serves_its_whole_snapshot(tmp_path: Path) -> None:
-    """Journals written before the recipe held the whole snapshot (format 2): it is served
-    as it is, then the samples are loaded."""
+async def test_after_a_clean_stop_the_snapshot_is_served_before_the_samples_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = tmp_path / "lw.db"
-    served = await _served_then_closed(db, 8)
-    first = engine(db, ["a", "b", "c"])
-    await first.recover()
-    assert first.current is not None
-    old = legacy_journal.format_2(first.current.snapshot)
-    await first.close()
+    served = await _served_then_stopped(db, 8, clean=True)
+    assert _snapshot_row(db).startswith(b"LWS2")
+    second = engine(db, ["a", "b", "c"], clock=lambda: T0 + 200)
+    assert second.journal is not None
+    load_samples = second.journal.load_samples
+    seen: list[dict[str, Any] | None] = []
+
+    async def watched(since: float) -> Any:
+        current = second.current
+        seen.append(render.document(current.snapshot, "15m", Format.DEFAULT) if current else None)
+        return await load_samples(since)
+
+    monkeypatch.setattr(second.journal, "load_samples", watched)
+    await second.recover()
+    assert seen == [served]
+    assert len(second.store.columns) == 3 * 2 * 8
+    await second.close()
+
+
+async def test_a_whole_snapshot_written_by_an_earlier_version_is_served(tmp_path: Path) -> None:
+    """The whole-snapshot layout as earlier versions wrote it every cycle (written here by
+    an independent encoder) restores as it is."""
+    db = tmp_path / "lw.db"
+    await _served_then_stopped(db, 8, clean=True)
+    whole = snapshot.from_journal(_snapshot_row(db))
+    assert isinstance(whole, snapshot.Snapshot)
     with contextlib.closing(sqlite3.connect(db)) as conn, conn:
-        conn.execute("UPDATE snapshot SET body = ? WHERE id = 1", (old,))
+        conn.execute("UPDATE snapshot SET body = ? WHERE id = 1", (legacy_journal.format_2(whole),))
     second = engine(db, ["a", "b", "c"], clock=lambda: T0 + 200)
     await second.recover()
     assert second.current is not None
-    assert render.document(second.current.snapshot, "15m", Format.DEFAULT) == served
-    assert len(second.store.columns) == 3 * 2 * 8
+    assert render.document(second.current.snapshot, "15m", Format.DEFAULT) == render.document(
+        whole, "15m", Format.DEFAULT
+    )
     await second.close()

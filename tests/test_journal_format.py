@@ -79,6 +79,14 @@ def test_the_journal_keeps_the_snapshot_recipe_and_rebuilds_the_same_windows() -
     assert_same(snap, recipe.build(store.columns, list(store.keys)))
 
 
+def test_the_whole_snapshot_written_at_shutdown_reads_back_exactly() -> None:
+    snap = make_snapshot()
+    back = snapshot.from_journal(snapshot.to_bytes(snap))
+    assert isinstance(back, snapshot.Snapshot)
+    assert_same(snap, back)
+    assert snapshot.to_bytes(snap) == legacy_journal.format_2(snap)  # the same layout
+
+
 def test_whole_snapshots_of_earlier_journals_still_read() -> None:
     snap = make_snapshot()
     for blob in (
