@@ -139,26 +139,30 @@ def _med(runs: list[Any], attr: str) -> float:
     return float(statistics.median(getattr(r, attr) for r in runs))
 
 
+def _restart_row(what: str, restart: Any) -> str:
+    s = Stats.of(restart.seconds)
+    return (
+        f"| 3 | {what} | {_n(restart.nodes)} | {s.median:.2f} s ({s.low:.2f}–{s.high:.2f} s, "
+        f"n={s.n}) | | | ≤ {RESTART_TARGET_S:g} s | "
+        f"{_verdict(s.median <= RESTART_TARGET_S, restart.nodes, RESTART_NODES)} |"
+    )
+
+
 def _other_rows(results: Results) -> list[str]:
     rows = []
     restart = results.restart
     if restart is not None and restart.seconds:
-        s = Stats.of(restart.seconds)
         rows.append(
-            f"| 3 | restart after a clean stop: process start → first 200 with every node "
-            f"(journal, provider down) | {_n(restart.nodes)} | {s.median:.2f} s "
-            f"({s.low:.2f}–{s.high:.2f} s, n={s.n}) | | | ≤ {RESTART_TARGET_S:g} s | "
-            f"{_verdict(s.median <= RESTART_TARGET_S, restart.nodes, RESTART_NODES)} |"
+            _restart_row(
+                "restart after a clean stop: process start → first 200 with every node "
+                "(journal, provider down)",
+                restart,
+            )
         )
         crash = results.restart_crash
         if crash is not None and crash.seconds:
-            c = Stats.of(crash.seconds)
-            rows.append(
-                f"| 3 | restart after kill -9 (the snapshot rebuilt from the journal's "
-                f"samples) | {_n(crash.nodes)} | {c.median:.2f} s ({c.low:.2f}–{c.high:.2f} s, "
-                f"n={c.n}) | | | ≤ {RESTART_TARGET_S:g} s | "
-                f"{_verdict(c.median <= RESTART_TARGET_S, crash.nodes, RESTART_NODES)} |"
-            )
+            what = "restart after kill -9 (the snapshot rebuilt from the journal's samples)"
+            rows.append(_restart_row(what, crash))
         if restart.import_seconds:
             imp = Stats.of(restart.import_seconds)
             rows.append(
