@@ -149,8 +149,9 @@ def to_bytes(snap: Snapshot) -> bytes:
 
 
 def from_journal(body: bytes) -> Snapshot | Recipe:
-    """What the journal's snapshot row holds: a recipe (format 3) or, from journals written
-    by earlier versions, a whole snapshot. Raises ValueError when it is neither."""
+    """What the journal's snapshot row holds: the last cycle's recipe (format 3), or a whole
+    snapshot (written at a clean stop, or by earlier versions every cycle). Raises
+    ValueError when it is neither."""
     if body.startswith(_MAGIC):
         try:
             doc = orjson.loads(zlib.decompress(body[len(_MAGIC) :], wbits=31))  # gzip
