@@ -125,11 +125,9 @@ def _trailing_run(val: FloatArray, starts: IntArray, stops: IntArray) -> IntArra
     """Per series ``val[starts[i]:stops[i]]``, how many values at its end equal its last."""
     count = stops - starts
     run = np.empty(count.shape[0], np.int64)
-    widest = int(count.max())
-    padded = np.concatenate((np.full(widest, np.nan), val))
     for rows in rollups.length_groups(count):
         width = int(count[rows].max())
-        block = rollups.right_aligned(padded, stops[rows] + widest, width)
+        block = rollups.right_aligned(val, stops[rows], width)
         differs = block != block[:, -1:]
         differs |= rollups.prefix_mask(width, width - count[rows])  # before the series
         # The last column never differs (values are finite), so 0 means no column does.
@@ -176,13 +174,11 @@ def _median_gap(gaps: FloatArray, starts: IntArray, stops: IntArray) -> FloatArr
     some = np.flatnonzero(count)
     if some.shape[0] == 0:
         return median
-    widest = int(count.max())
-    padded = np.concatenate((np.full(widest, np.inf), gaps))
     for group in rollups.length_groups(count[some]):
         rows = some[group]
         n = count[rows]
         width = int(n.max())
-        block = rollups.right_aligned(padded, stops[rows] + widest, width)
+        block = rollups.right_aligned(gaps, stops[rows], width)
         np.copyto(block, np.inf, where=rollups.prefix_mask(width, width - n))
         block.sort(axis=1)  # gaps are finite: the padding (+inf) goes last
         flat = block.ravel()

@@ -34,12 +34,10 @@ def window_means(cols: Columns, window: Window, end: int) -> tuple[IntArray, Flo
     count = stop - starts - rollups.count_flagged(ts < end - window.seconds, starts)
     present = np.flatnonzero(count)
     means = np.empty(present.shape[0])
-    widest = int(count.max()) if present.shape[0] else 0
-    padded = np.concatenate((np.full(widest, np.inf), runs.cols.val))
     for rows in rollups.length_groups(count[present]):
         n = count[present[rows]]
         width = int(n.max())
-        block = rollups.right_aligned(padded, stop[present[rows]] + widest, width)
+        block = rollups.right_aligned(runs.cols.val, stop[present[rows]], width)
         pad = rollups.prefix_mask(width, width - n)  # other series, or before the window
         np.copyto(block, np.inf, where=pad)
         low = block.min(axis=1)

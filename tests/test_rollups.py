@@ -177,3 +177,21 @@ def test_store_keeps_series_time_order_and_the_newest_value(adds, trim_at: int) 
         got.setdefault(node, {})[t] = v
     expected = {node: {t: v for t, v in pts.items() if t >= trim_at} for node, pts in model.items()}
     assert got == {node: pts for node, pts in expected.items() if pts}
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(0, 40),
+    st.lists(st.integers(0, 40), min_size=1, max_size=12),
+    st.integers(1, 20),
+)
+def test_right_aligned_rows_end_at_each_stop(size: int, stops: list[int], width: int) -> None:
+    """Row r holds the ``width`` values before ``stop[r]``; columns that reach back before
+    the first value are NaN (callers mask them)."""
+    values = np.arange(size, dtype=np.float64) + 0.5
+    stop = np.array([min(s, size) for s in stops], np.int64)
+    block = rollups.right_aligned(values, stop, width)
+    assert block.shape == (stop.shape[0], width)
+    for row, end in zip(block, stop.tolist(), strict=True):
+        expected = [values[i] if i >= 0 else np.nan for i in range(end - width, end)]
+        np.testing.assert_array_equal(row, expected)
