@@ -121,7 +121,7 @@ class Engine:
                 # The samples the snapshot was made from, even those out of retention by now.
                 since = min(since, restored.taken_at - self.options.retention_s)
             recovered = await self.journal.load_samples(since)
-            self.store.load(recovered.keys, recovered.samples)
+            await asyncio.to_thread(self.store.load, recovered.keys, recovered.samples)
             if isinstance(restored, snapshot.Recipe):
                 snap = await asyncio.to_thread(
                     restored.build, self.store.columns, list(self.store.keys)
