@@ -145,8 +145,7 @@ class Probe:
             self.samples += len(result.added)
             return result
 
-        store.add = self._timed("store", counting_add)
-        store.trim = self._timed("store", store.trim)
+        store.add = self._timed("store", counting_add)  # merges and trims in one pass
         if engine.journal is not None:
             journal: Any = engine.journal
             journal.write_cycle = self._timed_async("journal write", journal.write_cycle)

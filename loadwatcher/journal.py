@@ -63,6 +63,9 @@ CREATE TABLE IF NOT EXISTS snapshot (
 """
 
 
+_PUT_SNAPSHOT = "INSERT OR REPLACE INTO snapshot (id, taken_at, body) VALUES (1, ?, ?)"
+
+
 @dataclass(frozen=True)
 class Recovered:
     """What the journal held at start."""
@@ -239,6 +242,7 @@ class Journal:
         except ValueError as exc:
             raise JournalError(f"cannot read samples from {self.path}: {exc}") from exc
         return Recovered(keys, samples)
+
     async def write_cycle(
         self,
         keys: list[tuple[str, Resource]],
@@ -270,8 +274,7 @@ class Journal:
                     await db.execute(chunks.INSERT, chunks.encode(sid, added.ts, added.val))
                 await db.execute("DELETE FROM chunks WHERE ts_max < ?", (trim_before,))
                 await db.execute(
-                    "INSERT OR REPLACE INTO snapshot (id, taken_at, body) VALUES (1, ?, ?)",
-                    (taken_at, snapshot_body),
+                    _PUT_SNAPSHOT, (taken_at, snapshot_body),
                 )
                 await db.execute("COMMIT")
             except BaseException:
@@ -329,10 +332,7 @@ class Journal:
     async def write_snapshot(self, body: bytes, taken_at: float) -> None:
         """Replace the snapshot row alone (at shutdown: the whole snapshot)."""
         try:
-            await self._conn().execute(
-                "INSERT OR REPLACE INTO snapshot (id, taken_at, body) VALUES (1, ?, ?)",
-                (taken_at, body),
-            )
+            await self._conn().execute(_PUT_SNAPSHOT, (taken_at, body))
         except sqlite3.Error as exc:
             raise JournalError(f"cannot write journal {self.path}: {exc}") from exc
 

@@ -169,11 +169,9 @@ class SampleStore:
 
     def trim(self, before: float) -> int:
         """Forget samples older than ``before``; returns how many were dropped."""
-        keep = self._cols.ts >= before
-        n = int((~keep).sum())
-        if n:
-            self._cols = Columns(self._cols.sid[keep], self._cols.ts[keep], self._cols.val[keep])
-        return n
+        held = len(self._cols)
+        self._cols = _since(self._cols, before)
+        return held - len(self._cols)
 
 
 def _concatenated(parts: Iterable[Series | SeriesBatch]) -> SeriesBatch:

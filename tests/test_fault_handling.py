@@ -79,6 +79,15 @@ def engine(
     return Engine(Scripted(nodes), Journal(str(db)), options, NAMES, clock=clock)
 
 
+async def after_one_cycle(db: Path, nodes: list[str]) -> tuple[Engine, Journal]:
+    """An engine on a new journal at ``db`` that has run one cycle at T0, and its journal."""
+    e = engine(db, nodes)
+    await e.recover()
+    await e.cycle(T0)
+    assert e.journal is not None
+    return e, e.journal
+
+
 def in_file(db: Path) -> dict[tuple[str, str], dict[float, float]]:
     """``{(node, resource): {ts: value}}`` as committed in the journal."""
     with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
@@ -97,11 +106,8 @@ async def test_samples_of_failed_writes_are_written_by_the_next_good_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db = tmp_path / "lw.db"
-    e = engine(db, ["a", "b"])
-    await e.recover()
-    assert e.journal is not None
-    await e.cycle(T0)
-    real = e.journal.write_cycle
+    e, journal = await after_one_cycle(db, ["a", "b"])
+    real = journal.write_cycle
 
     async def full(*args: Any, **kwargs: Any) -> None:
         raise JournalError(f"cannot write journal {db}: database or disk is full")
@@ -127,11 +133,8 @@ async def test_samples_kept_for_the_journal_are_bounded_by_the_retention(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db = tmp_path / "lw.db"
-    e = engine(db, ["a"])
-    await e.recover()
-    assert e.journal is not None
-    await e.cycle(T0)
-    real = e.journal.write_cycle
+    e, journal = await after_one_cycle(db, ["a"])
+    real = journal.write_cycle
 
     async def broken(*args: Any, **kwargs: Any) -> None:
         raise JournalError("cannot write journal: disk I/O error")
@@ -152,11 +155,8 @@ async def test_a_cancelled_cycle_never_cuts_its_journal_transaction(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db = tmp_path / "lw.db"
-    e = engine(db, ["a", "b"])
-    await e.recover()
-    assert e.journal is not None
-    await e.cycle(T0)
-    real = e.journal.write_cycle
+    e, journal = await after_one_cycle(db, ["a", "b"])
+    real = journal.write_cycle
     entered = asyncio.Event()
 
     async def observed(*args: Any, **kwargs: Any) -> None:
