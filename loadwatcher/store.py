@@ -148,24 +148,14 @@ class SampleStore:
         return AddResult(added, dropped)
 
     def load(self, keys: list[tuple[str, Resource]], cols: Columns) -> None:
-        """Replace the content with samples recovered from the journal."""
-        self._keys, self._index = [], {}
-        self._newest = np.empty(0, np.float64)
-        self._cols = _empty_columns()
-        if len(set(keys)) == len(keys):  # the journal's keys are unique: ids stay as they are
-            self._keys, self._index = list(keys), {key: i for i, key in enumerate(keys)}
-            self._newest = np.full(max(16, len(keys)), -np.inf)
-            sid = cols.sid
-        else:
-            remap = np.array([self.series_id(n, r) for n, r in keys] or [0], np.int64)
-            sid = remap[cols.sid] if len(cols) else cols.sid
+        """Replace the content with samples recovered from the journal: ``keys`` unique (the
+        file's series, ``keys[i]`` being series id ``i`` of ``cols``), ``cols`` in (series,
+        time) order with one sample per time, as ``Journal.load_samples`` returns them."""
+        self._keys, self._index = list(keys), {key: i for i, key in enumerate(keys)}
+        self._newest = np.full(max(16, len(keys)), -np.inf)
+        self._cols = cols
         if len(cols):
-            ordered = Columns(sid, cols.ts, cols.val)
-            if not _ordered(ordered):
-                order = np.lexsort((cols.ts, sid))
-                ordered = Columns(sid[order], cols.ts[order], cols.val[order])
-            self._cols = ordered
-            np.maximum.at(self._newest, sid, cols.ts)
+            np.maximum.at(self._newest, cols.sid, cols.ts)
 
     def trim(self, before: float) -> int:
         """Forget samples older than ``before``; returns how many were dropped."""
@@ -260,13 +250,6 @@ def _prefixes_only(old: Columns, gone: IntArray, start: IntArray, lost: IntArray
     sid = old.sid[gone]
     rank = np.arange(gone.shape[0]) - np.repeat(np.cumsum(lost) - lost, lost)
     return bool(np.array_equal(gone - start[sid], rank))
-
-
-def _ordered(cols: Columns) -> bool:
-    """Whether ``cols`` are in strict (series, time) order."""
-    sid, ts = cols.sid, cols.ts
-    rising = sid[1:] > sid[:-1]
-    return bool(np.all(rising | ((sid[1:] == sid[:-1]) & (ts[1:] > ts[:-1]))))
 
 
 def _since(cols: Columns, keep_from: float) -> Columns:
