@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Micro benchmark of the Prometheus answer parse (issue 6): bytes -> store-ready columns.
+"""Micro benchmark of the Prometheus answer parse: bytes -> store-ready columns.
 
     python benchmarks/bench_promparse.py answer.json [more.json ...] [--repeat 7]
     python benchmarks/bench_promparse.py --url http://127.0.0.1:9090 --time 1795396590 \\

@@ -23,7 +23,8 @@ DEFAULT_NOTES = (
     "newest first, what was changed in the service and how each figure moved."
 )
 
-# DESIGN §10: the node count at which each target applies.
+# The performance targets (the "target" column of RESULTS.md) and the node count at which
+# each applies.
 CYCLE_RATIO_TARGET, CYCLE_NODES = 1.20, 5000
 SERVING_SHARE_TARGET, SERVING_NODES = 0.50, 1000
 RESTART_TARGET_S, RESTART_NODES = 1.0, 5000

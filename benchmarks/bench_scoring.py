@@ -8,7 +8,7 @@ Run ``python benchmarks/bench_scoring.py [--nodes 5000] [--repeat 30]``. Prints 
 - ``score: all plugins``: every plugin in one profile (LoadAware filters first, the
   allocation fallback is on), i.e. what ``loadwatcher score`` does per pod.
 
-DESIGN §10's target is "scoring 5,000 nodes for one pod, all plugins ≤ 10 ms".
+The target (benchmarks/RESULTS.md) is scoring 5,000 nodes for one pod, all plugins, in ≤ 10 ms.
 """
 
 from __future__ import annotations

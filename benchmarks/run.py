@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark harness (issue 6): one command, progress on stderr, a results table at the end.
+"""Benchmark harness: one command, progress on stderr, a results table at the end.
 
     python benchmarks/run.py                      # 100, 1,000 and 5,000 nodes (~8 min)
     python benchmarks/run.py --quick              # a tiny smoke run (~30 s), not a measurement

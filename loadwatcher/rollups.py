@@ -1,6 +1,7 @@
 """Rollups: window statistics of every series at once, vectorised across series.
 
-Semantics (DESIGN §4), identical to PromQL's ``*_over_time`` on the same raw samples:
+Semantics (docs/architecture.md, Rollup semantics), identical to PromQL's ``*_over_time`` on
+the same raw samples:
 
 - membership: ``end - w <= t <= end``;
 - AVG: arithmetic mean; STD: population standard deviation (``stddev_over_time``);

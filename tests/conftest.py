@@ -1,4 +1,4 @@
-"""Fixtures that start real backends on loopback (see tests/backends.py and DESIGN.md §11)."""
+"""Fixtures that start real backends on loopback (see tests/backends.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Faults against the real service process and a real Prometheus (issue 7).
+"""Faults against the real service process and a real Prometheus: outages, slowness, bad disks.
 
 * provider outage: Prometheus stopped for several poll intervals, then started again;
 * provider slowness: Prometheus behind ``faults.DelayProxy`` answering slower than the poll

@@ -1,4 +1,4 @@
-"""Hostile input for every provider parser and for the configuration loader (issue 7).
+"""Hostile input for every provider parser and for the configuration loader.
 
 The Prometheus parser is fuzzed in test_parser_fuzz.py. Here: InfluxQL answers
 (``influxql.statement_results`` / ``points_by_host`` / ``last_values``), Flux records and

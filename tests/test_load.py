@@ -19,7 +19,7 @@ the default allocator: 93 MiB idle, then 99, 116, 125, 125, 124, 118, 134, 137, 
 (81.8-82.5) after each of twelve runs (~210,000 requests). No leak, but a high-water
 mark that would hide one.
 
-The measured run lasts ``LOADWATCHER_LOAD_S`` seconds: 60 by default, as issue 7 asks
+The measured run lasts ``LOADWATCHER_LOAD_S`` seconds: 60 by default
 (``LOADWATCHER_LOAD_S=20`` for a quicker local run).
 """
 

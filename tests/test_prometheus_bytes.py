@@ -1,4 +1,4 @@
-"""The Prometheus answer read from bytes (issue 6): tricky layouts, the skeleton memo, the
+"""The Prometheus answer read from bytes (the fast path): tricky layouts, the skeleton memo, the
 store's batches, and HTTP errors worded as before. Randomised checks are in
 test_parser_fuzz.py; these are the cases worth naming."""
 

@@ -16,7 +16,7 @@ Plumbing: ``pods`` and ``nodes`` (inputs), ``cluster`` (columns), ``plugins`` (a
 run), ``cases`` (``score --case``), ``kube`` and ``inputs`` (command-line sources),
 ``gomath`` (Go arithmetic), ``cli`` (``register`` for the main command line).
 
-Where the seed documents and the upstream unit tables disagree, the tables win:
+Where the KEP or proposal documents and the upstream unit tables disagree, the tables win:
 LoadVariationRiskBalancing halves μ + σ (the KEP writes S = M + r + V), TargetLoadPacking
 predicts a best-effort container as ``defaultRequests.cpu`` = 1000m (the KEP says "a number
 like 1 millicore"), and LoadAware's usage filter rejects only above the threshold and

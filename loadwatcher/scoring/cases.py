@@ -1,4 +1,6 @@
-"""Self-contained scoring cases (DESIGN §8): one JSON object in, ``{scores, filtered}`` out.
+"""Self-contained scoring cases: one JSON object in, ``{scores, filtered}`` out.
+
+The format is described in docs/architecture.md, Scoring.
 
 Case file fields: ``plugin``; ``args`` (upstream JSON names); ``nodes`` (``name``,
 ``capacity``, ``allocatable`` defaulting to ``capacity``, ``metrics`` as on the wire or null,

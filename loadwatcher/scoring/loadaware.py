@@ -30,8 +30,8 @@ node's ``lastSample`` tag, else the window end. The watcher has no per-pod metri
 updateTime − boundAt < 60 s (Koordinator's report interval). Thresholds are checked in
 resource-name order (Go iterates a map). Production-pod thresholds are not supported.
 
-The v0.7 proposal (seeds) filters on ``usage >= threshold`` from the reported usage alone;
-current upstream code, followed here as the brief asks, rejects only when the rounded
+The v0.7 proposal filters on ``usage >= threshold`` from the reported usage alone;
+current upstream code, followed here, rejects only when the rounded
 estimated usage (reported + assigned + this pod) is *above* the threshold.
 """
 

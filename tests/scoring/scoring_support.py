@@ -15,14 +15,14 @@ from loadwatcher.scoring.nodes import NodeInput, RecentPod
 from loadwatcher.scoring.pods import Pod, parse_pod
 
 REPO = Path(__file__).resolve().parents[2]
-REFERENCE_DIR = REPO / ".." / "shared" / "reference"
+REFERENCE_DIR = Path(__file__).resolve().parent / "reference"
 
 
 def reference(name: str) -> Any:
     """Load a reference file; a missing file FAILS the test (it must never be skipped)."""
     path = REFERENCE_DIR / name
     if not path.is_file():
-        pytest.fail(f"reference data missing: {path.resolve()} (clone shared/ beside the repo)")
+        pytest.fail(f"reference data missing: {path} (it is part of the repository)")
     return json.loads(path.read_text())
 
 
