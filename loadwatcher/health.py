@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from loadwatcher.words import plural
+
 
 @dataclass
 class ProviderStatus:
@@ -16,6 +18,7 @@ class ProviderStatus:
     last_success_at: float | None = None
     error: str | None = None
     error_kind: str | None = None
+    polling: bool = False
     partial_errors: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
 
@@ -52,12 +55,19 @@ def evaluate(
 ) -> Verdict:
     """200 only when the provider answered, the snapshot is fresh and the journal writes."""
     reasons: list[str] = []
-    if snapshot_taken_at is None:
-        reasons.append("no snapshot yet: the first poll has not completed")
-    if provider.last_attempt_at is not None and not provider.ok:
-        reasons.append(f"provider down: {provider.error}")
-    elif provider.last_attempt_at is None:
+    # Until a poll finishes, ``error`` is None and ``ok`` False: that is not an outage.
+    first_poll_running = provider.polling and provider.error is None and not provider.ok
+    if provider.last_attempt_at is None:
         reasons.append("provider not polled yet")
+    elif first_poll_running:
+        started = max(0.0, now - provider.last_attempt_at)
+        reasons.append(f"first poll in progress (started {started:.0f} s ago)")
+    elif not provider.ok:
+        reasons.append(f"provider down: {provider.error}")
+    if snapshot_taken_at is None and not first_poll_running and provider.error is not None:
+        reasons.append("no snapshot yet: the last poll failed")
+    elif snapshot_taken_at is None and not first_poll_running:
+        reasons.append("no snapshot yet: the first poll has not completed")
     age = None if snapshot_taken_at is None else max(0.0, now - snapshot_taken_at)
     if age is not None and age > max_snapshot_age_s:
         reasons.append(f"snapshot is {age:.0f} s old (limit {max_snapshot_age_s:.0f} s)")
@@ -68,10 +78,11 @@ def evaluate(
     if snapshot_taken_at is not None and nodes == 0:
         reasons.append("no node has any sample")
     if stale_nodes:
-        reasons.append(f"{len(stale_nodes)} node(s) stale: {', '.join(stale_nodes[:10])}")
+        reasons.append(f"{plural(len(stale_nodes), 'node')} stale: {', '.join(stale_nodes[:10])}")
     if missing_nodes:
+        have = "has" if len(missing_nodes) == 1 else "have"
         reasons.append(
-            f"{len(missing_nodes)} node(s) known to the provider have no metrics: "
+            f"{plural(len(missing_nodes), 'node')} known to the provider {have} no metrics: "
             f"{', '.join(missing_nodes[:10])}"
         )
     body: dict[str, Any] = {

@@ -16,6 +16,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from loadwatcher.analysis import Quality
+from loadwatcher.errors import ProviderErrorKind
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -92,8 +93,12 @@ class SelfMetrics:
             buckets=_FAST_BUCKETS,
             registry=r,
         )
+        # Every label value exported at 0 from the start, so that rate() and alerts see the
+        # first increment (a series that appears at 1 has no increase to rate).
         for reason in ("non_finite", "negative", "over_100"):
             self.samples_dropped.labels(reason)
+        for kind in ProviderErrorKind:
+            self.provider_errors.labels(str(kind))
 
     def watch(self, read: Callable[[], State]) -> None:
         """Expose the state that ``read`` returns at every scrape."""
