@@ -56,6 +56,29 @@ class Quality(StrEnum):
 QUALITIES: tuple[Quality, ...] = tuple(Quality)
 SEVERITY = {q: i for i, q in enumerate(QUALITIES)}
 
+# What a log line says of a node in each state: "node n1 is stale".
+_STATES = {
+    Quality.OK: "is ok",
+    Quality.DISAGREES: "disagrees with the corroborating provider",
+    Quality.LOW_COVERAGE: "has low coverage",
+    Quality.FROZEN: "is frozen",
+    Quality.STALE: "is stale",
+    Quality.MISSING: "is missing",
+}
+
+
+def state_of(quality: str) -> str:
+    """A node's quality as said of the node (``is stale``, ``has low coverage``)."""
+    try:
+        return _STATES[Quality(quality)]
+    except ValueError:
+        return f"is {quality}"
+
+
+def quality_words(quality: str) -> str:
+    """A quality name as words: ``low_coverage`` -> ``low coverage``."""
+    return quality.replace("_", " ")
+
 
 @dataclass(frozen=True)
 class Thresholds:

@@ -1,6 +1,6 @@
 """The HTTP API (aiohttp): serves the bytes the last cycle rendered.
 
-Routes (DESIGN §7): ``/watcher`` (``?host=``, ``?window=``, ``?format=``),
+Routes (docs/architecture.md, Wire formats): ``/watcher`` (``?host=``, ``?window=``, ``?format=``),
 ``/watcher/{hostname}``, ``/watcher/health``, ``/healthz``, ``/readyz``, ``/metrics``,
 ``/openapi.json`` (and ``/`` from statuspage). Every error is JSON
 ``{"error": code, "message": text}``, never a traceback.
@@ -55,7 +55,8 @@ class BadRequest(Exception):
 def _params(request: web.Request) -> tuple[str | None, Format, str | None]:
     unknown = sorted(set(request.query) - _ALLOWED_PARAMS)
     if unknown:
-        raise BadRequest("bad_parameter", f"unknown query parameter(s): {', '.join(unknown)}")
+        noun = "parameter" if len(unknown) == 1 else "parameters"
+        raise BadRequest("bad_parameter", f"unknown query {noun}: {', '.join(unknown)}")
     window = request.query.get("window")
     if window is not None and window not in _WINDOW_NAMES:
         raise BadRequest("bad_window", f"window must be one of {', '.join(_WINDOW_NAMES)}")

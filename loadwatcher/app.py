@@ -50,13 +50,17 @@ def build_engine(settings: Settings) -> Engine:
         provider_timeout_s=settings.provider.timeout_s,
         corroborate_threshold_pct=settings.corroborate.threshold_pct,
     )
-    return Engine(
+    engine = Engine(
         factory.build_provider(settings),
         journal,
         options,
         factory.metric_names(settings),
         second=factory.build_second_provider(settings),
     )
+    # Health names the provider as the configuration does (prometheus, metrics-server);
+    # the wire `source` keeps the Go load-watcher's spelling (Prometheus, ...).
+    engine.provider_status.name = settings.provider.name
+    return engine
 
 
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:

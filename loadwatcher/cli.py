@@ -60,6 +60,30 @@ def build_parser(scoring: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
+_PARSER = "_parser"  # the namespace attribute that names the (sub)command's own parser
+
+
+def _remember_parsers(parser: argparse.ArgumentParser) -> None:
+    """Have every (sub)command's parser put itself in the namespace, so that a mistake in
+    its arguments is reported with its own usage line."""
+    parser.set_defaults(**{_PARSER: parser})
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _remember_parsers(child)
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, except that an unknown argument is reported by the
+    subcommand that was given it (``usage: loadwatcher serve ...``), not by the top level."""
+    _remember_parsers(parser)  # idempotent; parsers built elsewhere get it too
+    args, unknown = parser.parse_known_args(argv)
+    owner: argparse.ArgumentParser = getattr(args, _PARSER, parser)
+    if unknown:
+        owner.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
+
+
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
     return {
         name: getattr(args, name, None)
@@ -126,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # `serve` skips the scoring commands' imports (~0.1 s): start-up is on the restart path.
     parser = build_parser(scoring=argv[:1] != ["serve"])
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     try:
         code: int = args.func(args)
     except ConfigError as exc:

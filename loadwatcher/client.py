@@ -1,10 +1,10 @@
 """Client for ``GET /watcher``: fetch, validate, check age, retry, return typed data.
 
-Both wire formats are read (DESIGN §7): the default one (``data.NodeMetricsMap``, as the Go
-paypal/load-watcher client decodes it) and the KEP one (``?format=kep``: ``data`` keyed by
-node, ``rollup`` holding the operator, lowercase ``type``). Either is returned as the same
-:class:`Snapshot`, with metric types in wire spelling (``CPU``, ``Memory``) and the operator
-in ``operator``.
+Both wire formats are read (see docs/architecture.md, Wire formats): the default one
+(``data.NodeMetricsMap``, as the Go paypal/load-watcher client decodes it) and the KEP one
+(``?format=kep``: ``data`` keyed by node, ``rollup`` holding the operator, lowercase
+``type``). Either is returned as the same :class:`Snapshot`, with metric types in wire
+spelling (``CPU``, ``Memory``) and the operator in ``operator``.
 
     async with WatcherClient("http://loadwatcher:2020", max_age_s=300) as client:
         snap = await client.fetch(window="5m")
@@ -31,6 +31,7 @@ import aiohttp
 import orjson
 
 from loadwatcher.errors import ClientError
+from loadwatcher.words import plural
 
 __all__ = [
     "InvalidSnapshotError",
@@ -325,7 +326,7 @@ class WatcherClient:
             if attempt < self.retries:
                 await self._sleep(min(delay, self.max_backoff_s))
         raise WatcherUnavailableError(
-            f"watcher {self.url} failed after {self.retries + 1} attempts: {last}"
+            f"watcher {self.url} failed after {plural(self.retries + 1, 'attempt')}: {last}"
         )
 
 

@@ -10,7 +10,8 @@ dataclasses (``settings.Settings``) or raises ``ConfigError`` naming the setting
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,19 +53,52 @@ def _flatten_yaml(text: str, source: str) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for section, body in doc.items():
         if section not in _SECTIONS:
-            raise ConfigError(
-                _name(section), f"unknown section; expected one of {', '.join(_SECTIONS)}"
-            )
+            raise ConfigError(_name(section), _unknown_section(str(section)))
         if not isinstance(body, dict):
             raise ConfigError(str(section), "must be a mapping")
         for name, value in body.items():
             key = f"{section}.{name}"
             if key not in SPECS_BY_KEY:
-                raise ConfigError(f"{section}.{_name(name)}", "unknown setting")
+                raise ConfigError(f"{section}.{_name(name)}", _unknown_setting(section, str(name)))
             if isinstance(value, (dict, list)):
                 raise ConfigError(key, "must be a scalar value")
             flat[key] = value
     return flat
+
+
+def _closest(word: str, known: Iterable[str]) -> str | None:
+    found = difflib.get_close_matches(word, list(known), n=1)
+    return found[0] if found else None
+
+
+def _keys_named(name: str) -> str:
+    """The settings whose name in their section is ``name``: ``a.x or b.x``."""
+    return " or ".join(key for key in SPECS_BY_KEY if key.split(".", 1)[1] == name)
+
+
+def _unknown_section(section: str) -> str:
+    if section in SPECS_BY_KEY:  # provider.address: x, flat instead of nested
+        head, name = section.split(".", 1)
+        return f"unknown section; write settings under their section ({head}: {{{name}: ...}})"
+    near = _closest(section, _SECTIONS)
+    if near is None:  # a setting put at the top level (port: 2020)?
+        leaf = _closest(section, (key.split(".", 1)[1] for key in SPECS_BY_KEY))
+        near = _keys_named(leaf) if leaf else None
+    if near is None:
+        return f"unknown section; expected one of {', '.join(_SECTIONS)}"
+    return f"unknown section; did you mean {near}?"
+
+
+def _unknown_setting(section: str, name: str) -> str:
+    prefix = section + "."
+    names = [key[len(prefix) :] for key in SPECS_BY_KEY if key.startswith(prefix)]
+    near = _closest(name, names)
+    if near is not None:
+        return f"unknown setting; did you mean {prefix}{near}?"
+    elsewhere = _closest(name, (key.split(".", 1)[1] for key in SPECS_BY_KEY))
+    if elsewhere is not None:  # in another section (server: {interval_s: 5})
+        return f"unknown setting; did you mean {_keys_named(elsewhere)}?"
+    return f"unknown setting; {section} has {', '.join(names)}"
 
 
 def _name(key: Any) -> str:
@@ -149,8 +183,6 @@ def _check(settings: Settings) -> None:
         path = getattr(server, key)
         if path:
             _require_file(f"server.{key}", path)
-    if settings.log.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        raise ConfigError("log.level", f"unknown level {settings.log.level!r}")
     if settings.journal.retention_s < 900:
         raise ConfigError("journal.retention_s", "must be at least 900 (the 15m window)")
     if provider.name == "influxdb":

@@ -56,20 +56,20 @@ SPECS: tuple[Spec, ...] = (
     ),
     Spec(
         "journal.retention_s",
-        parse.positive_float,
+        parse.positive_seconds,
         1020.0,
         "how long raw samples are kept (longest window plus margin)",
     ),
     Spec(
         "poll.interval_s",
-        parse.positive_float,
+        parse.positive_seconds,
         15.0,
         "seconds between two polls of the provider",
         flag="poll_interval_s",
     ),
     Spec(
         "poll.overlap_s",
-        parse.non_negative_float,
+        parse.non_negative_seconds,
         60.0,
         "each incremental fetch also re-reads this many seconds before the last one, "
         "to pick up samples ingested late",
@@ -117,7 +117,7 @@ SPECS: tuple[Spec, ...] = (
         "do not verify the backend's TLS certificate",
         env=("INSECURE_SKIP_VERIFY",),
     ),
-    Spec("provider.timeout_s", parse.positive_float, 10.0, "timeout of one backend request"),
+    Spec("provider.timeout_s", parse.positive_seconds, 10.0, "timeout of one backend request"),
     Spec(
         "prometheus.cpu_query",
         parse.text,
@@ -140,7 +140,7 @@ SPECS: tuple[Spec, ...] = (
     Spec("prometheus.strip_port", parse.boolean, True, "strip ':port' from the node label's value"),
     Spec(
         "prometheus.step_s",
-        parse.positive_float,
+        parse.positive_seconds,
         15.0,
         "resolution of the subquery used when a query is not a plain selector",
     ),
@@ -240,19 +240,19 @@ SPECS: tuple[Spec, ...] = (
     ),
     Spec(
         "kube.node_list_interval_s",
-        parse.non_negative_float,
+        parse.non_negative_seconds,
         60.0,
         "seconds between two reads of the node list (capacity, known nodes); 0: every poll",
     ),
     Spec(
         "analysis.stale_after_s",
-        parse.positive_float,
+        parse.positive_seconds,
         300.0,
         "a series whose newest sample is older than this is stale",
     ),
     Spec(
         "analysis.frozen_after_s",
-        parse.non_negative_float,
+        parse.non_negative_seconds,
         600.0,
         "a series whose value has not changed for this long is frozen (0 disables)",
     ),
@@ -272,13 +272,13 @@ SPECS: tuple[Spec, ...] = (
     Spec("corroborate.address", parse.url, "", "base URL of the second provider"),
     Spec(
         "corroborate.threshold_pct",
-        parse.positive_float,
+        parse.positive_points,
         10.0,
         "flag a node whose 5m averages differ by more than this many percentage points",
     ),
     Spec(
         "log.level",
-        parse.text,
+        parse.log_level,
         "INFO",
         "log level: DEBUG, INFO, WARNING or ERROR",
         flag="log_level",

@@ -36,6 +36,7 @@ from loadwatcher.published import Published
 from loadwatcher.selfmetrics import SelfMetrics, State
 from loadwatcher.snapshot import Snapshot
 from loadwatcher.store import AddResult, Columns, SampleStore
+from loadwatcher.words import plural
 
 log = logging.getLogger("loadwatcher.engine")
 
@@ -129,9 +130,9 @@ class Engine:
                 await self._serve_restored(snap)
                 self.store.trim(keep_from)
             log.info(
-                "recovered %d samples of %d series from the journal",
-                len(self.store.columns),
-                len(recovered.keys),
+                "recovered %s of %s from the journal",
+                plural(len(self.store.columns), "sample"),
+                plural(len(recovered.keys), "series", "series"),
             )
         except JournalError as exc:
             # Serve from memory; each cycle tries to open the journal again (see _persist).
@@ -142,9 +143,9 @@ class Engine:
         self.current = await asyncio.to_thread(published.publish, snap)
         self.node_info = dict(snap.node_info)
         log.info(
-            "serving the journal's snapshot from %.0f s ago (%d nodes)",
+            "serving the journal's snapshot from %.0f s ago (%s)",
             self.clock() - snap.taken_at,
-            len(snap.nodes),
+            plural(len(snap.nodes), "node"),
         )
 
     async def _open_journal(self) -> None:
@@ -162,10 +163,17 @@ class Engine:
 
     async def cycle(self, now: float | None = None) -> None:
         """Fetch, store, compute, persist and publish once."""
-        started = time.perf_counter()
         now = self.clock() if now is None else now
+        self.provider_status.last_attempt_at = now
+        self.provider_status.polling = True
+        try:
+            await self._cycle(now)
+        finally:
+            self.provider_status.polling = False
+
+    async def _cycle(self, now: float) -> None:
+        started = time.perf_counter()
         status = self.provider_status
-        status.last_attempt_at = now
         await self.settle()
         outcome, _ = await asyncio.gather(
             self.provider.fetch(now, self.store.newest()),
@@ -333,7 +341,7 @@ class Engine:
         self._unpersisted = _no_samples()
         self.metrics.journal_write.observe(time.perf_counter() - started)
         if self._fold_error is None:
-            self._journal_recovered(f" ({len(pending) - len(added)} samples caught up)")
+            self._journal_recovered(f" ({plural(len(pending) - len(added), 'sample')} caught up)")
 
     def _pending(self, added: Columns, trim_before: float) -> Columns:
         """This cycle's samples plus those earlier writes failed to persist, in retention."""
@@ -394,11 +402,14 @@ class Engine:
         for node, level, quality, was in sorted(events):
             if level == logging.WARNING:
                 detail = report.tags.get(node, {}).get("detail", {})
-                log.warning("node %s is %s %s", node, quality, detail or "")
+                parts = ", ".join(f"{r} {analysis.quality_words(q)}" for r, q in detail.items())
+                log.warning(
+                    "node %s %s%s", node, analysis.state_of(quality), f" ({parts})" if parts else ""
+                )
             elif quality:
-                log.info("node %s recovered (was %s)", node, was)
+                log.info("node %s recovered (was %s)", node, analysis.quality_words(was))
             else:
-                log.info("node %s left the snapshot (was %s)", node, was)
+                log.info("node %s left the snapshot (was %s)", node, analysis.quality_words(was))
         self._last_bad, self._last_nodes = bad, present
 
     # -- health -------------------------------------------------------------------------

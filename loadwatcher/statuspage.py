@@ -27,6 +27,7 @@ from aiohttp import web
 from loadwatcher import __version__, api, quantity
 from loadwatcher.model import WINDOWS, Operator, Resource
 from loadwatcher.snapshot import Snapshot
+from loadwatcher.words import plural
 
 SORTS = ("name", "quality", "cpu", "memory")
 MAX_FILTER = 253
@@ -163,7 +164,10 @@ def _badge(quality: str) -> str:
 def _cell(cell: Cell | None) -> str:
     if cell is None:
         return '<td class="v na">·</td>'
-    tip = f"P95 {cell.p95:.1f} · MAX {cell.max:.1f} · STD {cell.std:.1f} · {cell.count} samples"
+    tip = (
+        f"P95 {cell.p95:.1f} · MAX {cell.max:.1f} · STD {cell.std:.1f} · "
+        f"{plural(cell.count, 'sample')}"
+    )
     return f'<td class="v l{band(cell.avg)}" title="{escape(tip)}">{cell.avg:.1f}</td>'
 
 
@@ -182,7 +186,7 @@ def _summary(health: dict[str, Any], snap: Snapshot | None, all_rows: list[Row])
     quality = " ".join(
         f"{_badge(q)}&nbsp;{counts[q]}" for q in reversed(_QUALITY_ORDER) if q in counts
     )
-    source = escape(snap.source) if snap else escape(str(prov.get("name", "")))
+    source = escape(str(prov.get("name", "")))  # as configured, like health and the log
     age = snap_info.get("ageSeconds")
     reasons = "".join(f"<li>{escape(str(r))}</li>" for r in health.get("reasons", []))
     return (
@@ -295,8 +299,9 @@ def render(
             '<form method="get" class="filter"><input type="search" name="q" '
             f'placeholder="filter nodes" value="{escape(query)}" maxlength="{MAX_FILTER}">'
             f'<input type="hidden" name="sort" value="{escape(sort)}">'
-            f'<button>filter</button><span class="dim">{len(shown)} of {len(all_rows)} '
-            "nodes · cell: window AVG · tooltip: P95, MAX, STD</span></form>"
+            f'<button>filter</button><span class="dim">{len(shown)} of '
+            f"{plural(len(all_rows), 'node')} · cell: window AVG · tooltip: P95, MAX, STD"
+            "</span></form>"
         )
         aside = "".join(_fleet(all_rows, r) for r in (Resource.CPU, Resource.MEMORY))
         main = (
@@ -308,7 +313,8 @@ def render(
         '<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="refresh" content="{refresh_s}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>loadwatcher · {len(all_rows)} nodes</title><style>{_CSS}</style></head><body>"
+        f"<title>loadwatcher · {plural(len(all_rows), 'node')}</title>"
+        f"<style>{_CSS}</style></head><body>"
         f"<header><h1>loadwatcher</h1>{_summary(health, snap, all_rows)}</header>"
         f"<main>{main}</main>"
         f'<footer>loadwatcher {escape(__version__)} · <a href="/watcher">/watcher</a> · '

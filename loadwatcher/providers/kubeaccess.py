@@ -5,10 +5,10 @@ file (contexts, tokens and token files, client certificates, CA files and data,
 insecure-skip-tls-verify, exec plugins) or, without one, the pod's service account
 (``KUBERNETES_SERVICE_HOST``/``_PORT``, the mounted token and the cluster CA).
 
-The library's loading is used as it is, with three corrections where it would fail late or
-unclearly: a missing file, a cluster without an http(s) server, and a token file's trailing
-newline. Every failure is one ``ConfigError`` line that names the file but never quotes it,
-because a kubeconfig holds credentials.
+The library's loading is used as it is, with four corrections where it would fail late or
+unclearly: a missing file, no kubeconfig outside a cluster, a cluster without an http(s)
+server, and a token file's trailing newline. Every failure is one ``ConfigError`` line that
+names the file but never quotes it, because a kubeconfig holds credentials.
 """
 
 from __future__ import annotations
@@ -22,15 +22,26 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.config import kube_config
 from kubernetes_asyncio.config.incluster_config import (
     SERVICE_CERT_FILENAME,
+    SERVICE_HOST_ENV_NAME,
     SERVICE_TOKEN_FILENAME,
     InClusterConfigLoader,
 )
 
 from loadwatcher.errors import ConfigError
 
-__all__ = ["KubeAccess", "open_client"]
+__all__ = ["NOT_IN_CLUSTER", "KubeAccess", "NotInClusterError", "open_client"]
 
 SETTING = "kube.config"
+NOT_IN_CLUSTER = "not running in a cluster (no service account)"
+
+
+class NotInClusterError(ConfigError):
+    """No kubeconfig was given and nothing of a pod's service account is here either."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            SETTING, f"{NOT_IN_CLUSTER}; set KUBE_CONFIG or kube.config to a kubeconfig file"
+        )
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,13 @@ def _require_file(access: KubeAccess) -> None:
         raise _fail(access, "no such file")
 
 
+def _require_cluster(access: KubeAccess, environ: Mapping[str, str]) -> None:
+    # Neither the service's address nor a token: not in a pod at all. The library would
+    # only say "Service host/port is not set."
+    if not environ.get(SERVICE_HOST_ENV_NAME) and not os.path.exists(access.token_file):
+        raise NotInClusterError()
+
+
 def _check_loaded(
     access: KubeAccess, loader: kube_config.KubeConfigLoader, cfg: Configuration
 ) -> None:
@@ -94,6 +112,7 @@ async def _configuration(access: KubeAccess) -> Configuration:
             _check_loaded(access, loader, cfg)
         else:
             environ = dict(os.environ if access.environ is None else access.environ)
+            _require_cluster(access, environ)
             InClusterConfigLoader(
                 access.token_file, access.ca_file, try_refresh_token=False, environ=environ
             ).load_and_set(cfg)

@@ -34,6 +34,7 @@ from loadwatcher.errors import ProviderError, ProviderErrorKind
 from loadwatcher.model import FetchResult, Resource, Series
 from loadwatcher.providers.kube import KubeClient
 from loadwatcher.quantity import Quantity, parse_quantity
+from loadwatcher.words import plural
 
 NODES_PATH = "/api/v1/nodes"
 METRICS_PATH = "/apis/metrics.k8s.io/v1beta1/nodes"
@@ -239,7 +240,8 @@ class MetricsServerProvider:
         if not metrics_out and nodes:
             raise ProviderError(
                 ProviderErrorKind.EMPTY,
-                f"GET {METRICS_PATH} listed no node although the cluster has {len(nodes)}: "
+                f"GET {METRICS_PATH} listed no node although the cluster has "
+                f"{plural(len(nodes), 'node')}: "
                 "is metrics-server running and scraping the kubelets?",
             )
         return result

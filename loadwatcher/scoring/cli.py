@@ -10,14 +10,16 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
+from loadwatcher import config_values
 from loadwatcher.client import InvalidSnapshotError, Snapshot
 from loadwatcher.errors import ClientError
 from loadwatcher.scoring import inputs
@@ -30,6 +32,7 @@ from loadwatcher.scoring.predict import Prediction, PredictOptions, predict
 __all__ = ["main", "register"]
 
 Handler = Callable[[argparse.Namespace], int]
+T = TypeVar("T")
 DEFAULT_URL_MAX_AGE_S = 300.0
 # These commands report every failure themselves, in one line. Without a handler of its own,
 # kubernetes_asyncio's log records (a failed exec plugin ...) would reach Python's last-resort
@@ -59,24 +62,48 @@ def _guarded(command: str, fn: Handler) -> Handler:
     return run
 
 
+def _checked(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """A setting parser as an argparse ``type``: its reason becomes argparse's message
+    (``argument --timeout: expected a positive number of seconds, got 'x'``)."""
+    def run(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return run
+
+
+NUMBER = _checked(config_values.number)
+SECONDS = _checked(config_values.non_negative_seconds)
+POSITIVE_SECONDS = _checked(config_values.positive_seconds)
+COUNT = _checked(config_values.non_negative_int)
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--watcher", metavar="URL|FILE",
-                   help="load watcher base URL (http://host:2020) or a saved /watcher document")
+                   help="load watcher base URL (http://host:2020) or a saved /watcher "
+                        "document (required)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--nodes", metavar="FILE", help="nodes (capacity, allocatable, pods) as "
-                     "YAML/JSON, or `kubectl get nodes,pods -A -o json` output")
-    src.add_argument("--kubeconfig", metavar="FILE", help="read nodes and pods from the API")
+                     "YAML/JSON, or `kubectl get nodes,pods -A -o json` output (default: "
+                     "none; capacities from the watcher's capacity.* metadata)")
+    src.add_argument("--kubeconfig", metavar="FILE", help="read nodes and pods from the API "
+                     "server of this kubeconfig (default: none)")
     p.add_argument("--context", help="kubeconfig context (default: current-context)")
-    p.add_argument("--window", choices=("5m", "10m", "15m"), help="rollup window to fetch")
+    p.add_argument("--window", choices=("5m", "10m", "15m"), help="rollup window to fetch "
+                   "(default: the watcher's, the longest with data)")
     p.add_argument("--format", dest="fmt", choices=("default", "kep"), default="default",
-                   help="watcher wire format to request (default: default)")
-    p.add_argument("--max-age", type=float, metavar="SECONDS", help="reject older snapshots "
+                   help="watcher wire format to request (default: %(default)s)")
+    p.add_argument("--max-age", type=SECONDS, metavar="SECONDS", help="reject older snapshots "
                    f"(default: {DEFAULT_URL_MAX_AGE_S:g} s for URLs, unchecked for files)")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
-                   help="HTTP timeout per attempt (default: 10)")
-    p.add_argument("--retries", type=int, default=3, help="retries of transient failures")
-    p.add_argument("--now", type=float, metavar="UNIX", help="evaluate at this time (tests)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--timeout", type=POSITIVE_SECONDS, default=10.0, metavar="SECONDS",
+                   help="HTTP timeout per attempt (default: %(default)g)")
+    p.add_argument("--retries", type=COUNT, default=3, metavar="N",
+                   help="retries of transient failures (default: %(default)s)")
+    p.add_argument("--now", type=NUMBER, metavar="UNIX",
+                   help="evaluate at this Unix time (default: the current time)")
+    p.add_argument("--json", action="store_true",
+                   help="machine-readable output (default: a table)")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -87,16 +114,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     "LowRiskOverCommitment, LoadAware and NodeResourcesAllocatable, or score "
                     "one self-contained case file (--case).")
     score.add_argument("--case", metavar="FILE", help="score one case file and print "
-                       '{"scores": {...}, "filtered": {...}}')
-    score.add_argument("--pod", metavar="FILE", help="pod to place: PodSpec subset or manifest")
+                       '{"scores": {...}, "filtered": {...}}, instead of --pod and --watcher '
+                       "(default: none)")
+    score.add_argument("--pod", metavar="FILE", help="pod to place: PodSpec subset or manifest "
+                       "(required unless --case)")
     score.add_argument("--plugin", action="append", metavar="NAME",
-                       help=f"plugin to run (repeatable; default all: {', '.join(PLUGINS)})")
+                       help=f"plugin to run, repeatable (default: all of {', '.join(PLUGINS)})")
     score.add_argument("--args", dest="args_file", metavar="FILE",
-                       help="plugin args: a mapping of plugin name to upstream-style args")
+                       help="plugin args: a mapping of plugin name to upstream-style args "
+                            "(default: each plugin's upstream defaults)")
     score.add_argument("--upstream-exact", action="store_true", help="no allocation fallback "
-                       "for stale or missing metrics (reproduce upstream exactly)")
-    score.add_argument("--stale-after", type=float, default=STALE_AFTER_S, metavar="SECONDS",
-                       help=f"metrics older than this are stale (default {STALE_AFTER_S:g})")
+                       "for stale or missing metrics, to reproduce upstream exactly "
+                       "(default: off)")
+    score.add_argument("--stale-after", type=SECONDS, default=STALE_AFTER_S, metavar="SECONDS",
+                       help="metrics older than this are stale (default: %(default)g)")
     _common(score)
     score.set_defaults(func=_guarded("score", run_score))
 
@@ -105,19 +136,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Per node and resource: N-sigma and percentile peaks with a safety margin, "
                     "and min(max(0, reclaimRatio × Allocated[Prod] − peak), "
                     "Allocatable × thresholdRatio).")
-    pred.add_argument("--n-sigma", type=float, default=2.0, help="N of mean + N·std (2)")
-    pred.add_argument("--percentile", choices=("P95", "P99"), default="P95")
-    pred.add_argument("--margin-percent", type=float, default=10.0, help="safety margin (10)")
-    pred.add_argument("--reclaim-ratio", type=float, default=1.0)
-    pred.add_argument("--threshold-ratio", type=float, default=1.0)
+    pred.add_argument("--n-sigma", type=NUMBER, default=2.0, metavar="N",
+                      help="N of the N-sigma peak, mean + N × std (default: %(default)g)")
+    pred.add_argument("--percentile", choices=("P95", "P99"), default="P95",
+                      help="rollup of the percentile peak (default: %(default)s)")
+    pred.add_argument("--margin-percent", type=NUMBER, default=10.0, metavar="PERCENT",
+                      help="safety margin added to both peaks, in percent "
+                           "(default: %(default)g)")
+    pred.add_argument("--reclaim-ratio", type=NUMBER, default=1.0, metavar="RATIO",
+                      help="share of the Prod pods' requests that can be reclaimed: "
+                           "reclaimRatio × Allocated[Prod] − peak (default: %(default)g)")
+    pred.add_argument("--threshold-ratio", type=NUMBER, default=1.0, metavar="RATIO",
+                      help="cap of the reclaimable amount as a share of allocatable "
+                           "(default: %(default)g)")
     _common(pred)
     pred.set_defaults(func=_guarded("predict", run_predict))
 
 
 def _candidates(args: argparse.Namespace, now: float, windows: set[str] | None = None
                 ) -> tuple[Snapshot, list[NodeInput], list[str]]:
-    if not args.watcher:
-        raise ValueError("--watcher URL|FILE is required")
+    _check_watcher(args.watcher)
     is_url = args.watcher.startswith(("http://", "https://"))
     max_age = args.max_age if args.max_age is not None else (
         DEFAULT_URL_MAX_AGE_S if is_url else None)
@@ -138,6 +176,16 @@ def _candidates(args: argparse.Namespace, now: float, windows: set[str] | None =
     return snapshot, nodes, skipped
 
 
+def _check_watcher(watcher: str | None) -> None:
+    """--watcher is given; a host:port that is no file gets the URL it probably meant."""
+    if not watcher:
+        raise ValueError("--watcher URL|FILE is required")
+    if (not watcher.startswith(("http://", "https://")) and not os.path.exists(watcher)
+            and config_values.looks_like_host_port(watcher)):
+        raise ValueError(f"--watcher {watcher!r} is neither a file nor a URL; "
+                         f"did you mean --watcher http://{watcher.strip()}?")
+
+
 def _print(doc: Any) -> None:
     sys.stdout.write(orjson.dumps(doc).decode() + "\n")
 
@@ -149,6 +197,7 @@ def run_score(args: argparse.Namespace) -> int:
         return 0
     if not args.pod:
         raise ValueError("--pod FILE is required (or --case FILE)")
+    _check_watcher(args.watcher)  # before the pod and the nodes are read
     now = args.now if args.now is not None else time.time()
     pod = inputs.read_pod(args.pod)
     plugin_args = inputs.read_plugin_args(args.plugin, args.args_file)
@@ -234,8 +283,10 @@ def _values(p: Prediction) -> list[float | None]:
 
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry point (``python -m loadwatcher.scoring``)."""
+    from loadwatcher.cli import parse_args
+
     parser = argparse.ArgumentParser(prog="loadwatcher")
     register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
+    args = parse_args(parser, sys.argv[1:] if argv is None else argv)
     code: int = args.func(args)
     return code

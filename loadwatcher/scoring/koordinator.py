@@ -124,8 +124,9 @@ def parse_args(raw: Mapping[str, Any]) -> Args:
                      merge=True, low=1)
     missing = sorted({name for name, _ in weights} - {name for name, _ in factors})
     if missing:
+        noun = "resource" if len(missing) == 1 else "resources"
         raise ValueError(f"{NAME} args.estimatedScalingFactors: no factor for weighted "
-                         f"resource(s) {', '.join(missing)}")
+                         f"{noun} {', '.join(missing)}")
     return Args(
         arg_bool(raw, "filterExpiredNodeMetrics", True, NAME), expiration,
         arg_bool(raw, "enableScheduleWhenNodeMetricsExpired", False, NAME), weights,

@@ -77,11 +77,18 @@ async def fetch_nodes(kubeconfig: str, context: str | None = None, *, now: float
     """
     # kubernetes_asyncio takes ~0.3 s to import: only a --kubeconfig run pays for it.
     from loadwatcher.providers.kube import KubeClient
-    from loadwatcher.providers.kubeaccess import KubeAccess, open_client
+    from loadwatcher.providers.kubeaccess import (
+        NOT_IN_CLUSTER,
+        KubeAccess,
+        NotInClusterError,
+        open_client,
+    )
 
     access = KubeAccess(kubeconfig=kubeconfig, context=context or "", timeout_s=timeout_s)
     try:
         api = await open_client(access)
+    except NotInClusterError:  # --kubeconfig ''
+        raise ValueError(f"{NOT_IN_CLUSTER}; give --kubeconfig a kubeconfig file") from None
     except ConfigError as exc:
         raise ValueError(exc.message) from None
     client = KubeClient(access, api)

@@ -399,7 +399,7 @@ def test_register_on_a_foreign_parser() -> None:
 
 
 def test_loadaware_reads_the_5m_window_from_a_url(tmp_path: Path) -> None:
-    """The main 15m snapshot feeds Trimaran; LoadAware also gets ?window=5m (DESIGN §8)."""
+    """The main 15m snapshot feeds Trimaran; LoadAware also gets ?window=5m."""
 
     def doc(window: str, cpu: float) -> bytes:
         seconds = {"5m": 300, "15m": 900}[window]
