@@ -110,10 +110,10 @@ class Probe:
     def patch_modules(self) -> None:
         """Wrap the pure functions the engine calls through their modules (until close)."""
         for module_name, attr, phase in (
-            ("loadwatcher.analysis", "analyse", "analysis"),
-            ("loadwatcher.snapshot", "build", "rollups"),
-            ("loadwatcher.published", "publish", "render+gzip"),
-            ("loadwatcher.snapshot", "to_journal", "snapshot→bytes"),
+            ("loadwatcher.pipeline.analysis", "analyse", "analysis"),
+            ("loadwatcher.pipeline.snapshot", "build", "rollups"),
+            ("loadwatcher.engine.published", "publish", "render+gzip"),
+            ("loadwatcher.pipeline.snapshot", "to_journal", "snapshot→bytes"),
         ):
             module = importlib.import_module(module_name)
             original = getattr(module, attr, None)

@@ -27,8 +27,8 @@ import numpy as np
 import orjson
 
 from loadwatcher.model import Resource, SeriesBatch
-from loadwatcher.providers.promanswer import ParseMemo, parse_answer, parse_matrix
-from loadwatcher.store import SampleStore
+from loadwatcher.pipeline.store import SampleStore
+from loadwatcher.providers.prometheus.answer import ParseMemo, parse_answer, parse_matrix
 
 
 def best_ms(fn: Callable[[], Any], repeat: int) -> float:

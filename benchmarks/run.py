@@ -59,7 +59,7 @@ import bench_prom  # noqa: E402
 import bench_report  # noqa: E402
 import bench_serving  # noqa: E402
 
-from loadwatcher import memory  # noqa: E402
+from loadwatcher import allocator  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 TOOLS = ("prometheus", "promtool", "wrk", "nginx")
@@ -323,7 +323,7 @@ def run_size(
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     # The in-process poll cycle runs with the allocator settings `loadwatcher serve` uses.
-    memory.configure()
+    allocator.configure()
     try:
         tools = require_tools(TOOLS)
     except MissingTool as exc:

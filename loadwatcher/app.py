@@ -15,11 +15,13 @@ import signal
 
 from aiohttp import web
 
-from loadwatcher import analysis, api, factory
 from loadwatcher.config import Settings
 from loadwatcher.engine import Engine, EngineOptions
-from loadwatcher.journal import Journal
-from loadwatcher.security import TlsReloader, TokenFile
+from loadwatcher.http import api
+from loadwatcher.http.security import TlsReloader, TokenFile
+from loadwatcher.journal.sqlite import Journal
+from loadwatcher.pipeline import analysis
+from loadwatcher.providers import registry
 
 log = logging.getLogger("loadwatcher")
 
@@ -51,11 +53,11 @@ def build_engine(settings: Settings) -> Engine:
         corroborate_threshold_pct=settings.corroborate.threshold_pct,
     )
     engine = Engine(
-        factory.build_provider(settings),
+        registry.build_provider(settings),
         journal,
         options,
-        factory.metric_names(settings),
-        second=factory.build_second_provider(settings),
+        registry.metric_names(settings),
+        second=registry.build_second_provider(settings),
     )
     # Health names the provider as the configuration does (prometheus, metrics-server);
     # the wire `source` keeps the Go load-watcher's spelling (Prometheus, ...).

@@ -14,7 +14,8 @@ from typing import Any
 
 import yaml
 
-from loadwatcher import __version__, config, memory
+from loadwatcher import __version__, allocator, config
+from loadwatcher.commandline import parse_args
 from loadwatcher.errors import ConfigError
 
 log = logging.getLogger("loadwatcher")
@@ -60,30 +61,6 @@ def build_parser(scoring: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
-_PARSER = "_parser"  # the namespace attribute that names the (sub)command's own parser
-
-
-def _remember_parsers(parser: argparse.ArgumentParser) -> None:
-    """Have every (sub)command's parser put itself in the namespace, so that a mistake in
-    its arguments is reported with its own usage line."""
-    parser.set_defaults(**{_PARSER: parser})
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for child in action.choices.values():
-                _remember_parsers(child)
-
-
-def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
-    """``parser.parse_args(argv)``, except that an unknown argument is reported by the
-    subcommand that was given it (``usage: loadwatcher serve ...``), not by the top level."""
-    _remember_parsers(parser)  # idempotent; parsers built elsewhere get it too
-    args, unknown = parser.parse_known_args(argv)
-    owner: argparse.ArgumentParser = getattr(args, _PARSER, parser)
-    if unknown:
-        owner.error(f"unrecognized arguments: {' '.join(unknown)}")
-    return args
-
-
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
     return {
         name: getattr(args, name, None)
@@ -117,7 +94,7 @@ def _serve(args: argparse.Namespace) -> int:
     received: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, _frame: received.append(signum))
-    memory.configure()  # before any thread starts: arenas are made per thread
+    allocator.configure()  # before any thread starts: arenas are made per thread
     from loadwatcher import app  # imported late: `config check` need not load aiohttp
 
     async def run() -> None:

@@ -168,7 +168,7 @@ def _validator(fmt: str) -> Any:
     import jsonschema  # imported when needed: it is slow to import
 
     name = "kep.schema.json" if fmt == "kep" else "watcher.schema.json"
-    schema = json.loads(resources.files("loadwatcher").joinpath("schema", name).read_text())
+    schema = json.loads(resources.files("loadwatcher.wire").joinpath("schema", name).read_text())
     return jsonschema.validators.validator_for(schema)(schema)
 
 

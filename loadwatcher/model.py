@@ -11,12 +11,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
-import numpy.typing as npt
 
+from loadwatcher._types import FloatArray, IntArray
 from loadwatcher.errors import ProviderError
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
+__all__ = ["Columns", "FloatArray", "IntArray"]  # re-exported: the layers' common types
 
 
 class Resource(StrEnum):
@@ -154,3 +153,15 @@ class FetchResult:
     node_info: dict[str, dict[str, str]] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
     batches: list[SeriesBatch] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Columns:
+    """A read-only view of samples: series id, timestamp (s), value (percent)."""
+
+    sid: IntArray
+    ts: FloatArray
+    val: FloatArray
+
+    def __len__(self) -> int:
+        return int(self.sid.shape[0])

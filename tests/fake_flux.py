@@ -8,7 +8,7 @@ gives: annotated CSV (``#group``, ``#datatype``, ``#default`` rows, a header row
 ``200`` body as an ``error,reference`` table.
 
 What is simplified: the fake does not run Flux. It reads the ``range``, ``_measurement``,
-``_field`` and tag equalities out of the query text that ``loadwatcher.providers.flux``
+``_field`` and tag equalities out of the query text that ``loadwatcher.providers.influxdb.flux``
 builds, and answers from points held in memory.
 """
 

@@ -7,7 +7,7 @@ import struct
 
 import orjson
 
-from loadwatcher.snapshot import Snapshot
+from loadwatcher.pipeline.snapshot import Snapshot
 
 
 def format_2(snap: Snapshot) -> bytes:

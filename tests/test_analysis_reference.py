@@ -13,10 +13,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadwatcher import analysis
-from loadwatcher.analysis import FROZEN_MIN_SAMPLES, SEVERITY, Quality, Thresholds
 from loadwatcher.model import LONGEST_WINDOW_S, Resource, Series
-from loadwatcher.store import SampleStore
+from loadwatcher.pipeline import analysis
+from loadwatcher.pipeline.analysis import FROZEN_MIN_SAMPLES, SEVERITY, Quality, Thresholds
+from loadwatcher.pipeline.store import SampleStore
 
 NOW = 100_000.0
 KINDS = ("regular", "stale", "frozen", "frozen_short", "gappy", "few", "long", "recent", "idle")

@@ -13,11 +13,13 @@ from remote_write import push
 from service import prometheus_engine
 from synth import CPU_METRIC, MEM_METRIC
 
-from loadwatcher import analysis, api, render
-from loadwatcher.analysis import Quality, Thresholds
+from loadwatcher.http import api
 from loadwatcher.model import Resource, Series
-from loadwatcher.render import Format
-from loadwatcher.store import SampleStore
+from loadwatcher.pipeline import analysis
+from loadwatcher.pipeline.analysis import Quality, Thresholds
+from loadwatcher.pipeline.store import SampleStore
+from loadwatcher.wire import formats
+from loadwatcher.wire.formats import Format
 
 REMOTE_WRITE = ["--web.enable-remote-write-receiver"]
 
@@ -95,7 +97,7 @@ async def test_bad_samples_never_reach_a_rollup(prometheus_factory, aiohttp_clie
     try:
         await engine.cycle(now)
         assert engine.current is not None
-        doc = render.document(engine.current.snapshot, "5m", Format.DEFAULT)
+        doc = formats.document(engine.current.snapshot, "5m", Format.DEFAULT)
         got = {
             (m["type"], m["operator"]): m["value"]
             for m in doc["data"]["NodeMetricsMap"]["10.0.0.3"]["metrics"]

@@ -16,14 +16,14 @@ from backends import openmetrics_text
 from service import prometheus_engine
 from synth import node_history, node_names
 
-from loadwatcher import api
 from loadwatcher.engine import Engine
+from loadwatcher.http import api
 
 pytestmark = pytest.mark.backend
 
 
 def schema(name: str) -> dict[str, Any]:
-    text = resources.files("loadwatcher").joinpath(f"schema/{name}").read_text()
+    text = resources.files("loadwatcher.wire").joinpath(f"schema/{name}").read_text()
     return json.loads(text)
 
 

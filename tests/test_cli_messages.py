@@ -22,18 +22,20 @@ from typing import Any
 import pytest
 from backends import free_port
 
-from loadwatcher import analysis, config, engine
-from loadwatcher.analysis import Quality
+from loadwatcher import config
 from loadwatcher.cli import build_parser
+from loadwatcher.engine import cycle as engine
 from loadwatcher.errors import ConfigError
 from loadwatcher.model import Resource
-from loadwatcher.providers.kubeaccess import (
+from loadwatcher.pipeline import analysis
+from loadwatcher.pipeline.analysis import Quality
+from loadwatcher.providers.kube.access import (
     SERVICE_TOKEN_FILENAME,
     KubeAccess,
     NotInClusterError,
     open_client,
 )
-from loadwatcher.providers.metrics_server import MetricsServerOptions, MetricsServerProvider
+from loadwatcher.providers.kube.metrics_server import MetricsServerOptions, MetricsServerProvider
 from loadwatcher.words import plural
 
 REPO = Path(__file__).resolve().parent.parent

@@ -10,8 +10,8 @@ from backends import openmetrics_text, vm_import_lines
 from service import prometheus_engine
 from synth import node_history
 
-from loadwatcher import corroboration
 from loadwatcher.model import Resource
+from loadwatcher.pipeline import corroboration
 
 pytestmark = pytest.mark.backend
 

@@ -35,7 +35,8 @@ import yaml
 from backends import require_binary
 from service import settings
 
-from loadwatcher import __version__, api, app, cli, config
+from loadwatcher import __version__, app, cli, config
+from loadwatcher.http import api
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

@@ -172,7 +172,8 @@ def dockerignore_filter(lines: list[str]) -> Callable[[str], bool]:
 
 def test_dockerignore_sends_only_the_package_sources() -> None:
     included = dockerignore_filter((ROOT / ".dockerignore").read_text().splitlines())
-    for path in ("pyproject.toml", "README.md", "loadwatcher/api.py", "loadwatcher/schema/x.json"):
+    sources = ("loadwatcher/http/api.py", "loadwatcher/wire/schema/x.json")
+    for path in ("pyproject.toml", "README.md", *sources):
         assert included(path), path
     for path in (
         ".git/config",
@@ -326,7 +327,8 @@ def built_venv(tmp_path_factory: pytest.TempPathFactory, stages: list[Stage]) ->
                 check=False,
             )
             assert result.returncode == 0, (command, result.stdout[-3000:], result.stderr[-3000:])
-    assert not (workdir / "tests").exists() and (workdir / "loadwatcher" / "api.py").is_file()
+    package = workdir / "loadwatcher"
+    assert not (workdir / "tests").exists() and (package / "http" / "api.py").is_file()
     return venv
 
 

@@ -25,12 +25,14 @@ import pytest
 from backends import free_port
 from faults import journal_rows
 
-from loadwatcher import app, config, memory, render, snapshot
+from loadwatcher import allocator, app, config
 from loadwatcher.engine import Engine, EngineOptions
 from loadwatcher.errors import JournalError
-from loadwatcher.journal import Journal
+from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import FetchResult, Resource, Series
-from loadwatcher.render import Format
+from loadwatcher.pipeline import snapshot
+from loadwatcher.wire import formats
+from loadwatcher.wire.formats import Format
 
 T0 = 1_700_000_000.0
 NAMES = {Resource.CPU: "cpu", Resource.MEMORY: "memory"}
@@ -325,12 +327,12 @@ def test_sigterm_while_the_service_still_imports_stops_it_cleanly(tmp_path: Path
     the middle of start-up, deterministically); the service still stops with exit 0."""
     code = (
         "import os, signal, sys\n"
-        "import loadwatcher.cli as cli, loadwatcher.memory as memory\n"
-        "real = memory.configure\n"
+        "import loadwatcher.cli as cli, loadwatcher.allocator as allocator\n"
+        "real = allocator.configure\n"
         "def configure():\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n"
         "    return real()\n"
-        "memory.configure = configure\n"
+        "allocator.configure = configure\n"
         "sys.exit(cli.main(sys.argv[1:]))\n"
     )
     argv = ["serve", "--port", str(free_port()), "--db", str(tmp_path / "lw.db")]
@@ -354,7 +356,7 @@ async def test_freed_memory_is_given_back_after_the_cycle_off_the_event_loop(
         calls.append((threading.get_ident() == loop_thread, e.current is not None))
         return True
 
-    monkeypatch.setattr(memory, "trim", trim)
+    monkeypatch.setattr(allocator, "trim", trim)
     await e.recover()
     await e.cycle(T0)
     await e.settle()
@@ -370,7 +372,7 @@ async def _served_then_stopped(db: Path, cycles: int, clean: bool) -> dict[str, 
     for k in range(cycles):
         await first.cycle(T0 + 15 * k)
     assert first.current is not None
-    served = render.document(first.current.snapshot, "15m", Format.DEFAULT)
+    served = formats.document(first.current.snapshot, "15m", Format.DEFAULT)
     await first.settle()
     if clean:
         await first.close()
@@ -398,7 +400,7 @@ async def test_after_a_crash_the_snapshot_is_rebuilt_from_the_journals_samples(
     second = engine(db, ["a", "b", "c"], clock=lambda: last + 5000)
     await second.recover()
     assert second.current is not None and second.current.snapshot.taken_at == last
-    assert render.document(second.current.snapshot, "15m", Format.DEFAULT) == served
+    assert formats.document(second.current.snapshot, "15m", Format.DEFAULT) == served
     assert len(second.store.columns) == 0
     await second.close()
 
@@ -416,7 +418,7 @@ async def test_after_a_clean_stop_the_snapshot_is_served_before_the_samples_load
 
     async def watched(since: float) -> Any:
         current = second.current
-        seen.append(render.document(current.snapshot, "15m", Format.DEFAULT) if current else None)
+        seen.append(formats.document(current.snapshot, "15m", Format.DEFAULT) if current else None)
         return await load_samples(since)
 
     monkeypatch.setattr(second.journal, "load_samples", watched)
@@ -438,7 +440,7 @@ async def test_a_whole_snapshot_written_by_an_earlier_version_is_served(tmp_path
     second = engine(db, ["a", "b", "c"], clock=lambda: T0 + 200)
     await second.recover()
     assert second.current is not None
-    assert render.document(second.current.snapshot, "15m", Format.DEFAULT) == render.document(
+    assert formats.document(second.current.snapshot, "15m", Format.DEFAULT) == formats.document(
         whole, "15m", Format.DEFAULT
     )
     await second.close()

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 from service import prometheus_engine
 
-from loadwatcher import health
+from loadwatcher.pipeline import health
 
 
 @pytest.fixture

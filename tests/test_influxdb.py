@@ -28,19 +28,21 @@ from telegraf import (
     write_with_auth,
 )
 
-from loadwatcher import app, config, factory, render
+from loadwatcher import app, config
 from loadwatcher.engine import Engine
 from loadwatcher.errors import ConfigError, ProviderError, ProviderErrorKind
 from loadwatcher.model import Resource
-from loadwatcher.providers import flux, influxql
-from loadwatcher.providers.influxdb import (
+from loadwatcher.providers import registry
+from loadwatcher.providers.influxdb import flux, influxql
+from loadwatcher.providers.influxdb.telegraf import (
     FieldQuery,
     InfluxDBProvider,
     ns_to_seconds,
     parse_tag_filter,
     time_range,
 )
-from loadwatcher.render import Format
+from loadwatcher.wire import formats
+from loadwatcher.wire.formats import Format
 
 backend = pytest.mark.backend
 TOLERANCE = 1e-6
@@ -92,7 +94,7 @@ async def test_influxql_parity_with_influxdb_mean_and_stddev(influxdb_factory) -
         "Memory": ('FROM "mem"', "", "used_percent", False),
     }
     for window, seconds in WINDOWS.items():
-        doc = render.document(snap, window, Format.DEFAULT)
+        doc = formats.document(snap, window, Format.DEFAULT)
         w_end = doc["window"]["end"]
         assert w_end == end and doc["source"] == "InfluxDB"
         for wire_type, (source, where, fld, idle) in sources.items():
@@ -268,7 +270,7 @@ async def test_garbage_answer_then_recovery(aiohttp_server, answer, message) -> 
         await engine.cycle(now + 1)
         assert engine.provider_status.ok, engine.provider_status.error
         assert engine.current is not None and engine.current.snapshot.nodes == {"n1"}
-        doc = render.document(engine.current.snapshot, "5m", Format.DEFAULT)
+        doc = formats.document(engine.current.snapshot, "5m", Format.DEFAULT)
         assert served(doc, "n1", "CPU", "Latest") == pytest.approx(60.0)  # 100 - idle 40
         assert served(doc, "n1", "Memory", "Latest") == pytest.approx(40.0)
     finally:
@@ -339,7 +341,7 @@ async def test_flux_avg_std_agree_with_the_raw_points(aiohttp_server) -> None:
     snap = engine.current.snapshot
     worst = 0.0
     for window, seconds in WINDOWS.items():
-        doc = render.document(snap, window, Format.DEFAULT)
+        doc = formats.document(snap, window, Format.DEFAULT)
         w_end = doc["window"]["end"]
         for host in {p[1]["host"] for p in points}:
             for wire_type, (measurement, fld, tags, idle) in {
@@ -561,12 +563,12 @@ def test_settings_for_influxdb_and_their_checks() -> None:
     env = {"METRICS_PROVIDER_NAME": "InfluxDB", "METRICS_PROVIDER_ADDRESS": "http://influx:8086"}
     s = config.resolve(None, env)
     assert s.provider.name == "influxdb" and s.influxdb.database == "telegraf"
-    assert factory.metric_names(s) == {
+    assert registry.metric_names(s) == {
         Resource.CPU: "cpu.usage_idle",
         Resource.MEMORY: "mem.used_percent",
     }
-    assert factory.build_provider(s).source == "InfluxDB"
-    assert isinstance(factory.build_provider(s), InfluxDBProvider)
+    assert registry.build_provider(s).source == "InfluxDB"
+    assert isinstance(registry.build_provider(s), InfluxDBProvider)
     with pytest.raises(ConfigError) as info:
         config.resolve(None, {**env, "LOADWATCHER_INFLUXDB_QUERY_LANGUAGE": "flux"})
     assert info.value.setting == "influxdb.org"

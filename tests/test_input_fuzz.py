@@ -26,13 +26,15 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from loadwatcher import config, rollups
+from loadwatcher import config
 from loadwatcher.errors import ConfigError, ProviderError
 from loadwatcher.model import WINDOWS, Resource, Series, SeriesBatch
-from loadwatcher.providers import flux, influxql, kube, metrics_server
+from loadwatcher.pipeline import rollups
+from loadwatcher.pipeline.store import SampleStore
 from loadwatcher.providers.http import HttpSettings
-from loadwatcher.providers.influxdb import FieldQuery, to_series
-from loadwatcher.store import SampleStore
+from loadwatcher.providers.influxdb import flux, influxql
+from loadwatcher.providers.influxdb.telegraf import FieldQuery, to_series
+from loadwatcher.providers.kube import client, metrics_server
 
 FUZZ = settings(max_examples=200, deadline=None)
 
@@ -378,8 +380,8 @@ lists = st.one_of(
 )
 def test_metrics_server_lists(nodes_doc: Any, metrics_doc: Any, percent_of: str) -> None:
     try:
-        node_list, _ = kube.list_page(nodes_doc, "GET /api/v1/nodes")
-        metric_list, _ = kube.list_page(metrics_doc, "GET /apis/metrics.k8s.io/v1beta1/nodes")
+        node_list, _ = client.list_page(nodes_doc, "GET /api/v1/nodes")
+        metric_list, _ = client.list_page(metrics_doc, "GET /apis/metrics.k8s.io/v1beta1/nodes")
         nodes = metrics_server.parse_nodes(node_list)
         usage = metrics_server.parse_node_metrics(metric_list)
         result = metrics_server.to_result(nodes, usage, 1_700_000_000.0, percent_of)
@@ -397,7 +399,7 @@ def test_metrics_server_lists(nodes_doc: Any, metrics_doc: Any, percent_of: str)
     st.one_of(st.binary(max_size=60), json_values.map(lambda v: yaml.safe_dump(v).encode())),
 )
 def test_kubernetes_error_answers(status: int, body: bytes) -> None:
-    assert str(kube.status_error(status, body, "GET /api/v1/nodes"))
+    assert str(client.status_error(status, body, "GET /api/v1/nodes"))
 
 
 # --------------------------------------------------------------------------- configuration

@@ -15,8 +15,8 @@ from faults import journal_rows
 from service import prometheus_engine
 from synth import node_history, node_names
 
-from loadwatcher import render
-from loadwatcher.render import Format
+from loadwatcher.wire import formats
+from loadwatcher.wire.formats import Format
 
 pytestmark = pytest.mark.backend
 
@@ -30,7 +30,7 @@ async def test_restart_serves_the_saved_snapshot_then_resumes(prometheus_factory
     await first.recover()
     await first.cycle(now)
     assert first.current is not None
-    saved = render.document(first.current.snapshot, "15m", Format.DEFAULT)
+    saved = formats.document(first.current.snapshot, "15m", Format.DEFAULT)
     held = len(first.store.columns)
     await first.close()
     assert stat.S_IMODE(os.stat(db).st_mode) == 0o600
@@ -42,7 +42,7 @@ async def test_restart_serves_the_saved_snapshot_then_resumes(prometheus_factory
     try:
         await second.recover()
         assert second.current is not None
-        assert render.document(second.current.snapshot, "15m", Format.DEFAULT) == saved
+        assert formats.document(second.current.snapshot, "15m", Format.DEFAULT) == saved
         assert len(second.store.columns) == held
         await second.cycle(now + 15)
         verdict = second.health(now + 15)

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from faults import journal_rows
 
-from loadwatcher import snapshot
 from loadwatcher.errors import JournalError
-from loadwatcher.journal import Journal
-from loadwatcher.model import Resource, Series
-from loadwatcher.store import Columns, SampleStore
+from loadwatcher.journal.sqlite import Journal
+from loadwatcher.model import Columns, Resource, Series
+from loadwatcher.pipeline import snapshot
+from loadwatcher.pipeline.store import SampleStore
 
 NAMES = {Resource.CPU: "cpu_q", Resource.MEMORY: "mem_q"}
 KEYS = [("a", Resource.CPU), ("b", Resource.MEMORY)]

@@ -1,4 +1,4 @@
-"""glibc allocator settings for the service (memory.configure), checked through mallinfo2.
+"""glibc allocator settings for the service (allocator.configure), checked through mallinfo2.
 
 Each case runs in a fresh interpreter: the allocator's state is per process.
 """
@@ -16,7 +16,7 @@ from backends import unavailable
 PROBE = """
 import ctypes, sys
 import numpy as np
-from loadwatcher import memory
+from loadwatcher import allocator
 
 class Info(ctypes.Structure):
     names = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
@@ -25,7 +25,7 @@ class Info(ctypes.Structure):
 libc = ctypes.CDLL("libc.so.6")
 libc.mallinfo2.restype = Info
 if sys.argv[1] == "configure":
-    assert memory.configure()
+    assert allocator.configure()
 big = np.ones(8 << 20, np.uint8)
 del big  # by default glibc now raises its mmap threshold to 8 MiB
 before = libc.mallinfo2().hblkhd

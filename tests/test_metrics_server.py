@@ -22,12 +22,13 @@ from fake_kube import FakeApiServer, kubeconfig, node, node_metrics, serve_tls
 from service import settings
 from tls import Pki, make_pki
 
-from loadwatcher import app, config, factory, render
-from loadwatcher.analysis import Quality
+from loadwatcher import app, config
 from loadwatcher.errors import ConfigError
 from loadwatcher.model import Resource
-from loadwatcher.providers.kube import KubeAccess, KubeClient
-from loadwatcher.providers.metrics_server import (
+from loadwatcher.pipeline.analysis import Quality
+from loadwatcher.providers import registry
+from loadwatcher.providers.kube.client import KubeAccess, KubeClient
+from loadwatcher.providers.kube.metrics_server import (
     METRICS_PATH,
     NODES_PATH,
     MetricsServerOptions,
@@ -36,7 +37,8 @@ from loadwatcher.providers.metrics_server import (
     parse_time,
     to_result,
 )
-from loadwatcher.render import Format
+from loadwatcher.wire import formats
+from loadwatcher.wire.formats import Format
 
 GI = 2**30
 
@@ -102,7 +104,7 @@ def provider(c: Cluster, **env: str) -> MetricsServerProvider:
             **env,
         }
     )
-    built = factory.build_provider(s)
+    built = registry.build_provider(s)
     assert isinstance(built, MetricsServerProvider)
     return built
 
@@ -234,7 +236,7 @@ async def test_samples_survive_a_restart_through_the_journal(
     # node-f is in the node list without metrics: missing, in the report and in health.
     assert restarted.report.nodes(Quality.MISSING) == ("node-f",)
     assert restarted.health(t0 + 31).body["snapshot"]["missingNodes"] == ["node-f"]
-    doc = render.document(snap, "15m", Format.DEFAULT)
+    doc = formats.document(snap, "15m", Format.DEFAULT)
     assert doc["source"] == "KubernetesMetricsServer"
     a = doc["data"]["NodeMetricsMap"]["node-a"]
     assert a["metadata"]["capacity.memory"] == "16Gi"
@@ -393,7 +395,7 @@ def test_metrics_of_unknown_or_zero_capacity_nodes_are_named() -> None:
     nodes = parse_nodes(
         [{"metadata": {"name": "n1"}, "status": {"capacity": {"cpu": "0", "memory": "1Gi"}}}]
     )
-    from loadwatcher.providers.metrics_server import parse_node_metrics
+    from loadwatcher.providers.kube.metrics_server import parse_node_metrics
 
     metrics = parse_node_metrics(
         [
@@ -415,7 +417,7 @@ def test_metrics_of_unknown_or_zero_capacity_nodes_are_named() -> None:
 def test_kube_settings() -> None:
     s = config.resolve(None, {"METRICS_PROVIDER_NAME": "KubernetesMetricsServer"})
     assert s.provider.name == "metrics-server" and s.kube.config == ""
-    assert factory.metric_names(s)[Resource.CPU] == "metrics.k8s.io/cpu"
+    assert registry.metric_names(s)[Resource.CPU] == "metrics.k8s.io/cpu"
     with pytest.raises(ConfigError) as info:
         config.resolve(
             None, {"METRICS_PROVIDER_NAME": "KubernetesMetricsServer", "KUBE_CONFIG": "/no/such"}

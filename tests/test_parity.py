@@ -17,8 +17,8 @@ from prometheus_api_client import PrometheusConnect
 from service import prometheus_engine
 from synth import CPU_METRIC, MEM_METRIC, node_history, node_names
 
-from loadwatcher import render
-from loadwatcher.render import Format
+from loadwatcher.wire import formats
+from loadwatcher.wire.formats import Format
 
 pytestmark = pytest.mark.backend
 
@@ -69,7 +69,7 @@ async def test_prometheus_parity_every_window_and_operator(prometheus_factory) -
     compared = 0
     worst = 0.0
     for window in ("5m", "10m", "15m"):
-        doc = render.document(snap, window, Format.DEFAULT)
+        doc = formats.document(snap, window, Format.DEFAULT)
         w = doc["window"]
         assert (
             w["end"] == math.floor(now)
@@ -105,7 +105,7 @@ async def test_prometheus_parity_with_sample_on_window_start(prometheus_factory)
     finally:
         await engine.close()
     assert engine.current is not None
-    doc = render.document(engine.current.snapshot, "15m", Format.DEFAULT)
+    doc = formats.document(engine.current.snapshot, "15m", Format.DEFAULT)
     expected_count = oracle(prom.url, f"count_over_time({CPU_METRIC}[15m])", int(now))
     assert set(expected_count.values()) == {61.0}
     avg = oracle(prom.url, f"avg_over_time({CPU_METRIC}[15m]) * 100", int(now))
@@ -128,7 +128,7 @@ async def test_victoria_metrics_parity_avg(victoria_metrics_factory) -> None:
     assert engine.provider_status.ok, engine.provider_status.error
     worst, compared = 0.0, 0
     for window in ("5m", "15m"):
-        doc = render.document(engine.current.snapshot, window, Format.DEFAULT)
+        doc = formats.document(engine.current.snapshot, window, Format.DEFAULT)
         at = doc["window"]["end"]
         for wire_type, metric in TYPES.items():
             expected = oracle(vm.url, f"avg_over_time({metric}[{window}]) * 100", at)

@@ -20,12 +20,12 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from loadwatcher import rollups
 from loadwatcher.errors import ProviderError
 from loadwatcher.model import WINDOWS, Resource, SeriesBatch
-from loadwatcher.providers import decimals, promjson
-from loadwatcher.providers.promanswer import ParseMemo, parse_answer, parse_matrix
-from loadwatcher.store import SampleStore
+from loadwatcher.pipeline import rollups
+from loadwatcher.pipeline.store import SampleStore
+from loadwatcher.providers.prometheus import decimals, jsonbytes
+from loadwatcher.providers.prometheus.answer import ParseMemo, parse_answer, parse_matrix
 
 Outcome = SeriesBatch | str
 
@@ -44,7 +44,7 @@ def bytes_path(body: bytes) -> SeriesBatch:
     """``parse_answer``'s result, checking that it came the bytes way, not the fallback."""
     memo = ParseMemo()
     batch, _ = parse_answer(body, Resource.CPU, 100.0, memo, "q")
-    cut = promjson.cut(body)
+    cut = jsonbytes.cut(body)
     assert cut is not None and memo.layout(Resource.CPU, cut.skeleton) is not None
     return batch
 

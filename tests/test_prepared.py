@@ -23,9 +23,10 @@ from service import settings
 from test_published import make_snapshot
 from tls import make_pki
 
-from loadwatcher import api, app, prepared, published
-from loadwatcher.engine import Engine
-from loadwatcher.security import TlsReloader
+from loadwatcher import app
+from loadwatcher.engine import Engine, published
+from loadwatcher.http import api, prepared
+from loadwatcher.http.security import TlsReloader
 
 
 @pytest.mark.parametrize(
@@ -306,3 +307,18 @@ async def test_without_memory_files_responses_are_written_whole(served, monkeypa
         resp = await client.get("/watcher", headers={"Accept-Encoding": "identity"})
         assert resp.status == 200 and await resp.read() == body.raw
     assert prepared._spooling is False
+
+
+def test_variant_cache_builds_heads_once_per_body_and_forgets_dropped_bodies() -> None:
+    """The engine publishes bodies; the HTTP side keeps their heads only while they live."""
+    import gc
+
+    cache = prepared.VariantCache()
+    body = published.make_body(b'{"timestamp": 1}')
+    variants = cache(body)
+    assert cache(body) is variants
+    assert variants.identity.payload == body.raw and variants.gzip.payload == body.gz
+    assert len(cache._by_body) == 1
+    del body, variants
+    gc.collect()
+    assert cache._by_body == {}

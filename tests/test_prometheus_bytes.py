@@ -13,12 +13,12 @@ from aiohttp import web
 
 from loadwatcher.errors import ProviderError
 from loadwatcher.model import FetchResult, Resource, Series, SeriesBatch
-from loadwatcher.providers import promjson
+from loadwatcher.pipeline.store import SampleStore
 from loadwatcher.providers.base import collect
 from loadwatcher.providers.http import HttpBackend, HttpSettings
-from loadwatcher.providers.promanswer import ParseMemo, parse_answer, parse_matrix
-from loadwatcher.providers.prometheus import PrometheusOptions, PrometheusProvider, Query
-from loadwatcher.store import SampleStore
+from loadwatcher.providers.prometheus import jsonbytes
+from loadwatcher.providers.prometheus.answer import ParseMemo, parse_answer, parse_matrix
+from loadwatcher.providers.prometheus.provider import PrometheusOptions, PrometheusProvider, Query
 
 HEAD = b'{"status":"success","data":{"resultType":"matrix","result":['
 TAIL = b"]}}"
@@ -47,7 +47,7 @@ def both(text: bytes, memo: ParseMemo | None = None) -> tuple[SeriesBatch, bool]
     )
     assert got.ts.view(np.int64).tolist() == want.ts.view(np.int64).tolist()
     assert got.values.view(np.int64).tolist() == want.values.view(np.int64).tolist()
-    cut = promjson.cut(text)
+    cut = jsonbytes.cut(text)
     return got, cut is not None and memo.layout(Resource.CPU, cut.skeleton) is not None
 
 

@@ -13,9 +13,9 @@ from service import prometheus_engine
 from synth import CPU_METRIC, MEM_METRIC, node_history, node_names
 
 from loadwatcher.model import Resource
-from loadwatcher.providers import prometheus
-from loadwatcher.providers.promanswer import node_name
-from loadwatcher.providers.prometheus import range_query
+from loadwatcher.providers.prometheus import provider
+from loadwatcher.providers.prometheus.answer import node_name
+from loadwatcher.providers.prometheus.provider import range_query
 
 pytestmark = pytest.mark.backend
 
@@ -156,13 +156,13 @@ async def test_answers_are_parsed_off_the_event_loop(prometheus_factory, monkeyp
     prom = prometheus_factory(openmetrics_text(history))
     engine = prometheus_engine(prom.url)
     threads: list[threading.Thread] = []
-    real = prometheus.parse_answer
+    real = provider.parse_answer
 
     def recording(*args: Any, **kwargs: Any) -> Any:
         threads.append(threading.current_thread())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(prometheus, "parse_answer", recording)
+    monkeypatch.setattr(provider, "parse_answer", recording)
     try:
         await engine.cycle(now)
         assert engine.current is not None and engine.current.snapshot.nodes

@@ -10,10 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadwatcher import app, config, health, snapshot, statuspage
+from loadwatcher import app, config
 from loadwatcher.client import WatcherClient, WatcherUnavailableError
+from loadwatcher.http import statuspage
 from loadwatcher.model import Resource, Series
-from loadwatcher.store import SampleStore
+from loadwatcher.pipeline import health, snapshot
+from loadwatcher.pipeline.store import SampleStore
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,12 @@ import gzip
 import numpy as np
 import orjson
 
-from loadwatcher import published, render, snapshot
+from loadwatcher.engine import published
 from loadwatcher.model import Resource, Series
-from loadwatcher.render import Format
-from loadwatcher.store import SampleStore
+from loadwatcher.pipeline import snapshot
+from loadwatcher.pipeline.store import SampleStore
+from loadwatcher.wire import formats
+from loadwatcher.wire.formats import Format
 
 NAMES = {Resource.CPU: "cpu_q", Resource.MEMORY: "mem_q"}
 
@@ -44,7 +46,7 @@ async def test_bodies_render_once_and_match_the_document() -> None:
     pub = published.publish(make_snapshot())
     default = await pub.body(None, Format.DEFAULT)
     assert default is not None
-    assert orjson.loads(default.raw) == render.document(pub.snapshot, "15m", Format.DEFAULT)
+    assert orjson.loads(default.raw) == formats.document(pub.snapshot, "15m", Format.DEFAULT)
     assert gzip.decompress(default.gz) == default.raw
     first, second = await asyncio.gather(pub.body("5m", Format.KEP), pub.body("5m", Format.KEP))
     assert first is second is not None  # concurrent first requests share one rendering

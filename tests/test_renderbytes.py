@@ -1,4 +1,4 @@
-"""renderbytes: the same bytes as orjson encoding ``render.document``, for every body shape."""
+"""renderbytes: the same bytes as orjson encoding ``formats.document``, for every body shape."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadwatcher import render, renderbytes
 from loadwatcher.model import WINDOWS, WIRE_OPERATORS, Resource
-from loadwatcher.render import Format
-from loadwatcher.rollups import WindowStats
-from loadwatcher.snapshot import Snapshot
+from loadwatcher.pipeline.rollups import WindowStats
+from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.wire import fastencode, formats
+from loadwatcher.wire.formats import Format
 
 # Values whose text orjson writes in its own way (exponents, -0.0, null for NaN).
 AWKWARD = [0.0, -0.0, 1e-7, 1e-5, 5e-324, 1e16, 1.5e300, 23.456000000000003, 100.0, math.nan]
@@ -59,13 +59,13 @@ def snapshot_of(
 def assert_same_bytes(snap: Snapshot, only: str | None = None) -> None:
     for window in (w.name for w in WINDOWS):
         for fmt in Format:
-            doc = render.document(snap, window, fmt, only=only)
-            got = renderbytes.encode(snap, window, fmt, only=only)
+            doc = formats.document(snap, window, fmt, only=only)
+            got = fastencode.encode(snap, window, fmt, only=only)
             nodes = doc["data"]["NodeMetricsMap"] if fmt is Format.DEFAULT else doc["data"]
             if only is not None and not nodes:
                 assert got is None
             else:
-                assert got == render.encode(doc), (window, fmt, only)
+                assert got == formats.encode(doc), (window, fmt, only)
 
 
 def test_awkward_values_names_tags_and_metadata() -> None:

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadwatcher import rollups
 from loadwatcher.model import WINDOWS, Operator, Resource, Series, Window
-from loadwatcher.store import SampleStore
+from loadwatcher.pipeline import rollups
+from loadwatcher.pipeline.store import SampleStore
 
 W15 = WINDOWS[-1]
 

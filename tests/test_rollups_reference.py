@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadwatcher import corroboration, rollups
-from loadwatcher.model import WINDOWS, Operator, Resource, Series
-from loadwatcher.store import Columns, SampleStore
+from loadwatcher.model import WINDOWS, Columns, Operator, Resource, Series
+from loadwatcher.pipeline import corroboration, rollups
+from loadwatcher.pipeline.store import SampleStore
 
 KINDS = ("one", "two", "edges", "regular", "long", "gappy")
 VALUES = ("uniform", "ties", "constant", "near_constant", "bounds")

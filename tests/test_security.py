@@ -16,8 +16,9 @@ from backends import free_port, serve_argv
 from service import settings
 from tls import make_pki
 
-from loadwatcher import api, app
-from loadwatcher.security import TlsReloader, TokenFile
+from loadwatcher import app
+from loadwatcher.http import api
+from loadwatcher.http.security import TlsReloader, TokenFile
 
 
 @pytest.fixture

@@ -28,8 +28,9 @@ from backends import Series, openmetrics_text, require_binary
 from service import prometheus_engine, settings
 from synth import node_history
 
-from loadwatcher import api, app, statuspage
+from loadwatcher import app
 from loadwatcher.engine import Engine
+from loadwatcher.http import api, statuspage
 
 HOSTILE = 'evil<script>alert("x")</script>&node'
 FRESH_NODES = 480

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadwatcher import store as store_module
-from loadwatcher.model import Resource, Series
-from loadwatcher.store import Columns, SampleStore
+from loadwatcher.model import Columns, Resource, Series
+from loadwatcher.pipeline import store as store_module
+from loadwatcher.pipeline.store import SampleStore
 
 
 def _series(node: str, ts: list[float], seed: int) -> Series:

@@ -21,10 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from loadwatcher._types import IntArray
 from loadwatcher.quantity import Quantity
 from loadwatcher.scoring.cluster import Cluster
 from loadwatcher.scoring.common import BatchScores
-from loadwatcher.scoring.gomath import IntArray, go_idiv, go_idiv_np, wrap_int64
+from loadwatcher.scoring.gomath import go_idiv, go_idiv_np, wrap_int64
 
 NAME = "NodeResourcesAllocatable"
 

@@ -19,8 +19,9 @@ from typing import Any, TypeVar
 
 import orjson
 
-from loadwatcher import config_values
 from loadwatcher.client import InvalidSnapshotError, Snapshot
+from loadwatcher.commandline import parse_args
+from loadwatcher.config import parsers
 from loadwatcher.errors import ClientError
 from loadwatcher.scoring import inputs
 from loadwatcher.scoring.cases import load_case, run_case
@@ -73,10 +74,10 @@ def _checked(parse: Callable[[str], T]) -> Callable[[str], T]:
     return run
 
 
-NUMBER = _checked(config_values.number)
-SECONDS = _checked(config_values.non_negative_seconds)
-POSITIVE_SECONDS = _checked(config_values.positive_seconds)
-COUNT = _checked(config_values.non_negative_int)
+NUMBER = _checked(parsers.number)
+SECONDS = _checked(parsers.non_negative_seconds)
+POSITIVE_SECONDS = _checked(parsers.positive_seconds)
+COUNT = _checked(parsers.non_negative_int)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -181,7 +182,7 @@ def _check_watcher(watcher: str | None) -> None:
     if not watcher:
         raise ValueError("--watcher URL|FILE is required")
     if (not watcher.startswith(("http://", "https://")) and not os.path.exists(watcher)
-            and config_values.looks_like_host_port(watcher)):
+            and parsers.looks_like_host_port(watcher)):
         raise ValueError(f"--watcher {watcher!r} is neither a file nor a URL; "
                          f"did you mean --watcher http://{watcher.strip()}?")
 
@@ -283,8 +284,6 @@ def _values(p: Prediction) -> list[float | None]:
 
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry point (``python -m loadwatcher.scoring``)."""
-    from loadwatcher.cli import parse_args
-
     parser = argparse.ArgumentParser(prog="loadwatcher")
     register(parser.add_subparsers(dest="command", required=True))
     args = parse_args(parser, sys.argv[1:] if argv is None else argv)

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from loadwatcher._types import BoolArray, FloatArray, IntArray
 from loadwatcher.client import Metric
 from loadwatcher.quantity import Quantity
-from loadwatcher.scoring.gomath import BoolArray, FloatArray, IntArray
 from loadwatcher.scoring.nodes import NodeInput
 from loadwatcher.scoring.pods import Pod
 

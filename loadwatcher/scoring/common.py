@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from loadwatcher.scoring.gomath import BoolArray, IntArray
+from loadwatcher._types import BoolArray, IntArray
 
 __all__ = ["BatchScores", "arg_bool", "arg_float", "arg_int", "arg_map"]
 

@@ -16,11 +16,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import numpy.typing as npt
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
+from loadwatcher._types import BoolArray, FloatArray, IntArray
 
 MIN_NODE_SCORE = 0
 MAX_NODE_SCORE = 100

@@ -76,13 +76,13 @@ async def fetch_nodes(kubeconfig: str, context: str | None = None, *, now: float
     quote a credential.
     """
     # kubernetes_asyncio takes ~0.3 s to import: only a --kubeconfig run pays for it.
-    from loadwatcher.providers.kube import KubeClient
-    from loadwatcher.providers.kubeaccess import (
+    from loadwatcher.providers.kube.access import (
         NOT_IN_CLUSTER,
         KubeAccess,
         NotInClusterError,
         open_client,
     )
+    from loadwatcher.providers.kube.client import KubeClient
 
     access = KubeAccess(kubeconfig=kubeconfig, context=context or "", timeout_s=timeout_s)
     try:

@@ -41,16 +41,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from loadwatcher._types import BoolArray, IntArray
 from loadwatcher.scoring.cluster import Cluster
 from loadwatcher.scoring.common import BatchScores
-from loadwatcher.scoring.gomath import (
-    BoolArray,
-    IntArray,
-    go_idiv,
-    go_idiv_np,
-    go_round,
-    go_round_np,
-)
+from loadwatcher.scoring.gomath import go_idiv, go_idiv_np, go_round, go_round_np
 from loadwatcher.scoring.koordinator import (
     AGGREGATION_TYPES,
     NAME,

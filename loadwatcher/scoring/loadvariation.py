@@ -36,11 +36,11 @@ from typing import Any
 
 import numpy as np
 
+from loadwatcher._types import FloatArray
 from loadwatcher.client import Metric
 from loadwatcher.scoring.cluster import Cluster, resource_data
 from loadwatcher.scoring.common import BatchScores, arg_float
 from loadwatcher.scoring.gomath import (
-    FloatArray,
     clamp01,
     go_fdiv,
     go_max,

@@ -38,12 +38,11 @@ from typing import Any
 
 import numpy as np
 
+from loadwatcher._types import BoolArray, FloatArray
 from loadwatcher.client import Metric
 from loadwatcher.scoring.cluster import Cluster, resource_data
 from loadwatcher.scoring.common import BatchScores, arg_float, arg_int, arg_map
 from loadwatcher.scoring.gomath import (
-    BoolArray,
-    FloatArray,
     clamp01,
     go_fdiv,
     go_max,

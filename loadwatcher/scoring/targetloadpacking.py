@@ -32,10 +32,11 @@ from typing import Any
 
 import numpy as np
 
+from loadwatcher._types import FloatArray
 from loadwatcher.quantity import parse_quantity
 from loadwatcher.scoring.cluster import Cluster
 from loadwatcher.scoring.common import BatchScores, arg_float, arg_int, arg_map
-from loadwatcher.scoring.gomath import FloatArray, go_fdiv, score_or_min, scores_or_min_np
+from loadwatcher.scoring.gomath import go_fdiv, score_or_min, scores_or_min_np
 from loadwatcher.scoring.nodes import RecentPod
 from loadwatcher.scoring.pods import Pod
 

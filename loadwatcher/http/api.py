@@ -1,0 +1,240 @@
+"""The HTTP API (aiohttp): serves the bytes the last cycle rendered.
+
+Routes (docs/architecture.md, Wire formats): ``/watcher`` (``?host=``, ``?window=``, ``?format=``),
+``/watcher/{hostname}``, ``/watcher/health``, ``/healthz``, ``/readyz``, ``/metrics``,
+``/openapi.json`` (and ``/`` from statuspage). Every error is JSON
+``{"error": code, "message": text}``, never a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+
+import orjson
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+from prometheus_client import Histogram
+
+from loadwatcher.engine import Engine
+from loadwatcher.engine.published import Body
+from loadwatcher.engine.selfmetrics import CONTENT_TYPE
+from loadwatcher.http import openapi, prepared, security, statuspage
+from loadwatcher.http.appkeys import ENGINE_KEY, VARIANTS_KEY
+from loadwatcher.http.security import TokenFile
+from loadwatcher.model import WINDOWS
+from loadwatcher.wire.formats import Format
+
+log = logging.getLogger("loadwatcher.api")
+
+_WINDOW_NAMES = tuple(w.name for w in WINDOWS)
+_ALLOWED_PARAMS = frozenset({"host", "window", "format"})
+_NODE_NAME = re.compile(openapi.NODE_NAME_PATTERN)
+
+
+def error(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    return web.Response(
+        status=status,
+        body=orjson.dumps({"error": code, "message": message}),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+class BadRequest(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _params(request: web.Request) -> tuple[str | None, Format, str | None]:
+    unknown = sorted(set(request.query) - _ALLOWED_PARAMS)
+    if unknown:
+        noun = "parameter" if len(unknown) == 1 else "parameters"
+        raise BadRequest("bad_parameter", f"unknown query {noun}: {', '.join(unknown)}")
+    window = request.query.get("window")
+    if window is not None and window not in _WINDOW_NAMES:
+        raise BadRequest("bad_window", f"window must be one of {', '.join(_WINDOW_NAMES)}")
+    fmt_text = request.query.get("format", Format.DEFAULT.value)
+    try:
+        fmt = Format(fmt_text)
+    except ValueError:
+        raise BadRequest("bad_format", "format must be 'default' or 'kep'") from None
+    host = request.query.get("host")
+    if host is not None:
+        _check_node_name(host)
+    return window, fmt, host
+
+
+def _check_node_name(name: str) -> None:
+    """Kubernetes node names (DNS subdomains), also IPs and IPv6 as Prometheus labels give them."""
+    if not _NODE_NAME.match(name):
+        raise BadRequest(
+            "bad_host",
+            "host must be a node name: 1-253 letters, digits, '.', '-', ':' or '_', "
+            "starting and ending with a letter or digit",
+        )
+
+
+def _send(request: web.Request, body: Body) -> web.StreamResponse:
+    """The body in the encoding the client accepts, 304 when it has it already.
+
+    HTTP/1.1 keep-alive requests (all but a few) get the prepared bytes of the body
+    (``prepared``); others aiohttp's ordinary response with the same headers.
+    """
+    headers = request.headers
+    gz = prepared.accepts_gzip(headers.get("Accept-Encoding"))
+    variants = request.app[VARIANTS_KEY](body)
+    variant = variants.gzip if gz else variants.identity
+    status = 304 if variant.matches(headers.get("If-None-Match")) else 200
+    if prepared.can_prepare(request):
+        with_body = status == 200 and request.method != "HEAD"
+        return variant.response(status, with_body)
+    fields = {"ETag": variant.etag, "Vary": "Accept-Encoding", "Cache-Control": "no-cache"}
+    if status == 304:
+        return web.Response(status=304, headers=fields)
+    if gz:
+        fields["Content-Encoding"] = "gzip"
+    return web.Response(body=variant.payload, headers=fields, content_type=prepared.CONTENT_TYPE)
+
+
+async def watcher(request: web.Request) -> web.StreamResponse:
+    engine = request.app[ENGINE_KEY]
+    if not request.query_string:  # the request every scheduler sends
+        return await _serve(request, engine, None, Format.DEFAULT, None)
+    window, fmt, host = _params(request)
+    return await _serve(request, engine, window, fmt, host)
+
+
+async def watcher_host(request: web.Request) -> web.StreamResponse:
+    engine = request.app[ENGINE_KEY]
+    window, fmt, host = _params(request)
+    if host is not None:
+        raise BadRequest("bad_parameter", "give the node either in the path or as ?host=")
+    name = request.match_info["hostname"]
+    _check_node_name(name)
+    return await _serve(request, engine, window, fmt, name)
+
+
+async def _serve(
+    request: web.Request, engine: Engine, window: str | None, fmt: Format, host: str | None
+) -> web.StreamResponse:
+    pub = engine.current
+    if pub is None:
+        return error(503, "no_snapshot", "no snapshot yet: the first poll has not completed")
+    hit, body = pub.cached(pub.key(window, fmt, host))
+    if not hit:
+        body = await pub.body(window, fmt, host)
+    if body is None:
+        return error(404, "node_not_found", f"no metrics for node {host!r}")
+    return _send(request, body)
+
+
+async def watcher_health(request: web.Request) -> web.Response:
+    verdict = request.app[ENGINE_KEY].health()
+    return web.Response(
+        status=200 if verdict.healthy else 503,
+        body=orjson.dumps(verdict.body),
+        content_type="application/json",
+    )
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.Response(body=b'{"status":"ok"}', content_type="application/json")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    if request.app[ENGINE_KEY].current is None:
+        return error(503, "not_ready", "no snapshot yet")
+    return web.Response(body=b'{"status":"ready"}', content_type="application/json")
+
+
+async def openapi_json(request: web.Request) -> web.Response:
+    return web.Response(body=orjson.dumps(openapi.spec()), content_type="application/json")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[ENGINE_KEY].metrics.exposition()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _failure(request: web.Request, exc: Exception) -> web.Response:
+    """The JSON error for what a handler raised; unexpected ones are logged, not leaked."""
+    if isinstance(exc, BadRequest):
+        return error(400, exc.code, exc.message)
+    if isinstance(exc, web.HTTPException):
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status, "http_error")
+        # Keep the headers HTTP requires with the status (Allow on 405).
+        kept = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
+        return error(exc.status, code, exc.reason, kept)
+    log.exception("unhandled error serving %s", request.path, exc_info=exc)
+    return error(500, "internal", "internal error; see the service log")
+
+
+def guard(engine: Engine, tokens: TokenFile | None, protect_metrics: bool) -> Middleware:
+    """The one middleware: request timing, the bearer token check and JSON errors.
+
+    One layer instead of three: each aiohttp middleware is a coroutine call per request,
+    and the hot route answers in tens of microseconds.
+    """
+    histogram = engine.metrics.http_duration
+    # Histogram children by (route template, status): labels() validates and locks.
+    children: dict[tuple[str, int], Histogram] = {}
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        response: web.StreamResponse
+        if (
+            tokens is not None
+            and security.needs_token(request.path, protect_metrics)
+            and not tokens.accepts(request.headers.get("Authorization"))
+        ):
+            response = security.unauthorized()
+        else:
+            try:
+                response = await handler(request)
+            except web.HTTPException as exc:
+                if exc.status < 400:
+                    raise
+                response = _failure(request, exc)
+            except Exception as exc:
+                response = _failure(request, exc)
+        # Request duration by route template (never the raw path: bounded label values).
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else "unmatched"
+        key = (route, response.status)
+        child = children.get(key)
+        if child is None:
+            child = children[key] = histogram.labels(route, str(response.status))
+        child.observe(time.perf_counter() - started)
+        return response
+
+    return middleware
+
+
+def make_app(
+    engine: Engine, *, tokens: TokenFile | None = None, protect_metrics: bool = False
+) -> web.Application:
+    app = web.Application(
+        middlewares=[guard(engine, tokens, protect_metrics)], client_max_size=64 * 1024
+    )
+    app[ENGINE_KEY] = engine
+    app[VARIANTS_KEY] = prepared.VariantCache()
+    app.router.add_get("/watcher", watcher)
+    app.router.add_get("/watcher/health", watcher_health)
+    app.router.add_get("/watcher/{hostname}", watcher_host)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/", statuspage.status_page)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/openapi.json", openapi_json)
+    return app

@@ -1,0 +1,12 @@
+"""What the aiohttp application carries for its handlers (one module, so that the routes and
+the status page share it without importing each other)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from loadwatcher.engine import Engine
+from loadwatcher.http.prepared import VariantCache
+
+ENGINE_KEY = web.AppKey("engine", Engine)
+VARIANTS_KEY = web.AppKey("variants", VariantCache)

@@ -1,0 +1,172 @@
+"""The OpenAPI 3.1 description of the HTTP API, built from the shipped JSON Schemas."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from loadwatcher import __version__
+
+NODE_NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._:-]{0,251}[A-Za-z0-9])?$"
+
+
+def _schema(name: str) -> dict[str, Any]:
+    path = resources.files("loadwatcher.wire").joinpath("schema", name)
+    text = path.read_text(encoding="utf-8")
+    doc: dict[str, Any] = json.loads(text)
+    doc.pop("$schema", None)
+    doc.pop("$id", None)
+    return doc
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_ERROR = {
+    "type": "object",
+    "required": ["error", "message"],
+    "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
+}
+_ERR_REF = {"$ref": "#/components/schemas/Error"}
+_SNAPSHOT = {
+    "oneOf": [
+        {"$ref": "#/components/schemas/Watcher"},
+        {"$ref": "#/components/schemas/WatcherKep"},
+    ]
+}
+_HEALTH = {
+    "type": "object",
+    "required": ["status", "reasons", "provider", "journal", "snapshot"],
+    "properties": {
+        "status": {"type": "string", "enum": ["ok", "unhealthy"]},
+        "reasons": {"type": "array", "items": {"type": "string"}},
+        "provider": {"type": "object"},
+        "journal": {"type": "object"},
+        "snapshot": {"type": "object"},
+    },
+}
+_STATUS = {"type": "object", "properties": {"status": {"type": "string"}}}
+
+_WINDOW = {
+    "name": "window",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "string", "enum": ["5m", "10m", "15m"]},
+    "description": "rollup window; default 15m, falling back to 10m then 5m when empty",
+}
+_FORMAT = {
+    "name": "format",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "string", "enum": ["default", "kep"]},
+}
+_HOST_SCHEMA = {"type": "string", "pattern": NODE_NAME_PATTERN, "maxLength": 253}
+
+
+def _snapshot_op(summary: str, parameters: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "summary": summary,
+        "parameters": parameters,
+        "responses": {
+            "200": _json(_SNAPSHOT, "the latest snapshot"),
+            "304": {"description": "not modified (If-None-Match matched the ETag)"},
+            "400": _json(_ERR_REF, "bad parameter"),
+            "401": _json(_ERR_REF, "a bearer token is required"),
+            "404": _json(_ERR_REF, "no metrics for that node"),
+            "503": _json(_ERR_REF, "no snapshot yet"),
+        },
+    }
+
+
+@cache
+def spec() -> dict[str, Any]:
+    """The whole document (built once; the schemas are package data)."""
+    watcher = _snapshot_op(
+        "all nodes (or one with ?host=)",
+        [
+            _WINDOW,
+            _FORMAT,
+            {"name": "host", "in": "query", "required": False, "schema": _HOST_SCHEMA},
+        ],
+    )
+    one = _snapshot_op(
+        "one node",
+        [
+            {"name": "hostname", "in": "path", "required": True, "schema": _HOST_SCHEMA},
+            _WINDOW,
+            _FORMAT,
+        ],
+    )
+    health = {
+        "summary": "provider, snapshot and journal health",
+        "responses": {
+            "200": _json(_HEALTH, "healthy"),
+            "401": _json(_ERR_REF, "a bearer token is required"),
+            "503": _json(_HEALTH, "unhealthy; reasons say why"),
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "loadwatcher",
+            "version": __version__,
+            "description": "Node utilisation rollups for Kubernetes schedulers (Trimaran).",
+        },
+        "paths": {
+            "/watcher": {"get": watcher},
+            "/watcher/health": {"get": health},
+            "/watcher/{hostname}": {"get": one},
+            "/healthz": {
+                "get": {"summary": "liveness", "responses": {"200": _json(_STATUS, "alive")}}
+            },
+            "/readyz": {
+                "get": {
+                    "summary": "readiness: a snapshot exists",
+                    "responses": {
+                        "200": _json(_STATUS, "ready"),
+                        "503": _json(_ERR_REF, "no snapshot yet"),
+                    },
+                }
+            },
+            "/metrics": {
+                "get": {
+                    "summary": "the service's own metrics (Prometheus text format)",
+                    "responses": {
+                        "200": {
+                            "description": "exposition",
+                            "content": {"text/plain": {"schema": {"type": "string"}}},
+                        },
+                        "401": _json(_ERR_REF, "a bearer token is required"),
+                    },
+                }
+            },
+            "/openapi.json": {
+                "get": {
+                    "summary": "this document",
+                    "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1")},
+                }
+            },
+            "/": {
+                "get": {
+                    "summary": "status page",
+                    "responses": {
+                        "200": {
+                            "description": "HTML",
+                            "content": {"text/html": {"schema": {"type": "string"}}},
+                        },
+                        "401": _json(_ERR_REF, "a bearer token is required"),
+                    },
+                }
+            },
+        },
+        "components": {
+            "schemas": {
+                "Watcher": _schema("watcher.schema.json"),
+                "WatcherKep": _schema("kep.schema.json"),
+                "Error": _ERROR,
+            }
+        },
+    }

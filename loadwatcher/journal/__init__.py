@@ -1,0 +1,1 @@
+"""The SQLite journal: samples and the last snapshot survive a restart."""

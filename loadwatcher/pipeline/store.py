@@ -1,0 +1,247 @@
+"""In-memory sample store: every raw sample of every series in three flat numpy columns.
+
+Series are numbered in the order they are first seen (``series id``). The columns are kept
+ordered by (series id, time): a series' samples are contiguous and ascending, so rollups and
+the analyser need no sort to find each series' newest sample. New samples are merged in
+in one pass per cycle that also drops what fell out of the retention (``add(..., keep_from)``);
+anything not newer than its series' newest sample is a duplicate and ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from loadwatcher.model import Columns, FloatArray, IntArray, Resource, Series, SeriesBatch
+
+# Utilisation above 100 % happens by rounding in exporters; beyond this it is a bad sample.
+OVER_100_TOLERANCE = 1.0
+
+
+@dataclass(frozen=True)
+class AddResult:
+    """What ``SampleStore.add`` kept and what it refused, by reason."""
+
+    added: Columns
+    dropped: dict[str, int]
+
+
+def _empty_columns() -> Columns:
+    return Columns(np.empty(0, np.int64), np.empty(0, np.float64), np.empty(0, np.float64))
+
+
+class SampleStore:
+    """Raw samples of every (node, resource) series, bounded by a retention."""
+
+    def __init__(self) -> None:
+        self._keys: list[tuple[str, Resource]] = []
+        self._index: dict[tuple[str, Resource], int] = {}
+        self._newest: FloatArray = np.empty(0, np.float64)
+        self._cols = _empty_columns()
+
+    @property
+    def keys(self) -> list[tuple[str, Resource]]:
+        """(node, resource) of each series id."""
+        return self._keys
+
+    @property
+    def columns(self) -> Columns:
+        return self._cols
+
+    def series_id(self, node: str, resource: Resource) -> int:
+        key = (node, resource)
+        sid = self._index.get(key)
+        if sid is None:
+            sid = len(self._keys)
+            self._keys.append(key)
+            self._index[key] = sid
+            if sid >= self._newest.shape[0]:  # grow geometrically: thousands of new series at once
+                grown = np.full(max(16, 2 * self._newest.shape[0]), -np.inf)
+                grown[: self._newest.shape[0]] = self._newest
+                self._newest = grown
+        return sid
+
+    def _ids(self, keys: list[tuple[str, Resource]]) -> IntArray:
+        """The series id of each key, numbering new ones in order: one dict lookup each."""
+        ids = list(map(self._index.get, keys))
+        if None in ids:
+            for i, sid in enumerate(ids):
+                if sid is None:
+                    ids[i] = self.series_id(*keys[i])
+        return np.array(ids, np.int64)
+
+    def newest(self) -> float | None:
+        """Timestamp of the newest sample held, or None when empty."""
+        if len(self._cols) == 0:
+            return None
+        return float(self._cols.ts.max())
+
+    def newest_by_series(self) -> FloatArray:
+        """Newest sample time per series id (-inf when the series has none)."""
+        return self._newest[: len(self._keys)].copy()
+
+    def add(
+        self, parts: Iterable[Series | SeriesBatch], keep_from: float | None = None
+    ) -> AddResult:
+        """Merge new samples in; drop duplicates and values that are not a utilisation.
+
+        At equal (series, timestamp) the sample given last wins, as within one answer.
+        With ``keep_from``, samples older than it are dropped in the same pass (``trim``):
+        the result still reports every sample that was new.
+        """
+        batch = _concatenated(parts)
+        dropped = {"non_finite": 0, "negative": 0, "over_100": 0}
+        keys, lengths = batch.keys, batch.lengths
+        if not lengths.all():  # an empty series gets no id
+            keys = [k for k, n in zip(keys, lengths.tolist(), strict=True) if n]
+            lengths = lengths[lengths > 0]
+        if not keys:
+            if keep_from is not None:
+                self._cols = _since(self._cols, keep_from)
+            return AddResult(_empty_columns(), dropped)
+        sid = np.repeat(self._ids(keys), lengths)
+        ts, val = batch.ts, batch.values
+
+        bad_ts = ~np.isfinite(ts)
+        dropped["non_finite"] += int(bad_ts.sum())
+        sid, ts, val = sid[~bad_ts], ts[~bad_ts], val[~bad_ts]
+        # (series, time) order; a stable sort keeps the last given of equal timestamps last.
+        order = np.lexsort((ts, sid))
+        sid, ts, val = sid[order], ts[order], val[order]
+        last_of_run = np.ones(sid.shape[0], bool)
+        last_of_run[:-1] = (sid[1:] != sid[:-1]) | (ts[1:] != ts[:-1])
+        fresh = last_of_run & (ts > self._newest[sid])
+        sid, ts, val = sid[fresh], ts[fresh], val[fresh]
+
+        finite = np.isfinite(val)
+        negative = finite & (val < 0)
+        over = finite & (val > 100.0 + OVER_100_TOLERANCE)
+        dropped["non_finite"] += int((~finite).sum())
+        dropped["negative"] += int(negative.sum())
+        dropped["over_100"] += int(over.sum())
+        good = finite & ~negative & ~over
+        added = Columns(sid[good], ts[good], val[good])
+        if len(added):
+            np.maximum.at(self._newest, added.sid, added.ts)
+        if keep_from is None:
+            self._cols = _merge(self._cols, added)
+        else:
+            self._cols = merge_trimmed(self._cols, added, keep_from, len(self._keys))
+        return AddResult(added, dropped)
+
+    def load(self, keys: list[tuple[str, Resource]], cols: Columns) -> None:
+        """Replace the content with samples recovered from the journal: ``keys`` unique (the
+        file's series, ``keys[i]`` being series id ``i`` of ``cols``), ``cols`` in (series,
+        time) order with one sample per time, as ``Journal.load_samples`` returns them."""
+        self._keys, self._index = list(keys), {key: i for i, key in enumerate(keys)}
+        self._newest = np.full(max(16, len(keys)), -np.inf)
+        self._cols = cols
+        if len(cols):
+            np.maximum.at(self._newest, cols.sid, cols.ts)
+
+    def trim(self, before: float) -> int:
+        """Forget samples older than ``before``; returns how many were dropped."""
+        held = len(self._cols)
+        self._cols = _since(self._cols, before)
+        return held - len(self._cols)
+
+
+def _concatenated(parts: Iterable[Series | SeriesBatch]) -> SeriesBatch:
+    """One batch of everything in ``parts``, in order."""
+    batches: list[SeriesBatch] = []
+    run: list[Series] = []
+    for part in parts:
+        if isinstance(part, SeriesBatch):
+            if run:
+                batches.append(SeriesBatch.of(run))
+                run = []
+            batches.append(part)
+        else:
+            run.append(part)
+    if run or not batches:
+        batches.append(SeriesBatch.of(run))
+    if len(batches) == 1:
+        return batches[0]
+    return SeriesBatch(
+        [key for b in batches for key in b.keys],
+        np.concatenate([b.lengths for b in batches]),
+        np.concatenate([b.ts for b in batches]),
+        np.concatenate([b.values for b in batches]),
+    )
+
+
+def merge_trimmed(old: Columns, new: Columns, keep_from: float, n_series: int) -> Columns:
+    """``_merge(old, new)`` without the samples older than ``keep_from``, in one pass.
+
+    Both inputs are (series, time)-ordered (the store's invariant) and each new sample is
+    newer than its series' old ones, so a series loses a prefix of its old samples and gains
+    a suffix. Its kept
+    old samples move by a constant ``shift``; where neighbouring series share it (the steady
+    state: each series gains as many as the next one loses), one slice copy moves them all,
+    and the new samples are scattered into the gaps. A steady cycle at 5,000 nodes: 4.2 ms
+    instead of 6.3 ms for an insert then a masked copy, and one new copy of the columns
+    (16 MB) instead of two, which the allocator would otherwise map afresh each cycle.
+    """
+    new = _since(new, keep_from)
+    if len(old) == 0:
+        return new
+    gone = np.flatnonzero(old.ts < keep_from)
+    if len(new) == 0 and gone.shape[0] == 0:
+        return old
+    bounds = np.searchsorted(old.sid, np.arange(n_series + 1))
+    start, stop = bounds[:-1], bounds[1:]
+    lost = np.bincount(old.sid[gone], minlength=n_series)
+    gained = np.bincount(new.sid, minlength=n_series)
+    size = stop - start - lost + gained
+    out_start = np.concatenate(([0], np.cumsum(size)[:-1]))
+    shift = out_start - start - lost
+    # Runs of series with one shift: [first[k], first[k+1]).
+    first = np.flatnonzero(np.diff(shift, prepend=shift[0] - 1))
+    if first.shape[0] > _MAX_RUNS:
+        return _since(_merge(old, new), keep_from)
+    last = np.append(first[1:], n_series) - 1
+    src_from = (start + lost)[first].tolist()
+    src_to = stop[last].tolist()
+    moves = shift[first].tolist()
+    # Each new sample goes after its series' kept old ones: out_start + kept + rank within
+    # the series' new samples.
+    rank = np.arange(len(new)) - np.repeat(np.cumsum(gained) - gained, gained)
+    at = (out_start + (stop - start - lost))[new.sid] + rank
+    total = int(size.sum())
+
+    def moved(src: Any, fresh: Any) -> Any:
+        out = np.empty(total, src.dtype)
+        for a, b, d in zip(src_from, src_to, moves, strict=True):
+            out[a + d : b + d] = src[a:b]
+        out[at] = fresh
+        return out
+
+    return Columns(moved(old.sid, new.sid), moved(old.ts, new.ts), moved(old.val, new.val))
+
+
+# Beyond this many runs of equal shift (ragged arrivals, a backfill) the generic merge is
+# cheaper than a slice copy per run.
+_MAX_RUNS = 64
+
+
+def _since(cols: Columns, keep_from: float) -> Columns:
+    keep = cols.ts >= keep_from
+    if bool(keep.all()):
+        return cols
+    return Columns(cols.sid[keep], cols.ts[keep], cols.val[keep])
+
+
+def _merge(old: Columns, new: Columns) -> Columns:
+    """Insert ``new`` ((series, time)-ordered, each newer than its series' samples in
+    ``old``) into ``old`` keeping (series, time) order: each lands after its series' block."""
+    if len(old) == 0:
+        return new
+    at = np.searchsorted(old.sid, new.sid, side="right")
+    return Columns(
+        np.insert(old.sid, at, new.sid),
+        np.insert(old.ts, at, new.ts),
+        np.insert(old.val, at, new.val),
+    )

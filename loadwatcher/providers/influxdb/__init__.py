@@ -1,0 +1,1 @@
+"""InfluxDB: raw Telegraf points over InfluxQL or Flux."""

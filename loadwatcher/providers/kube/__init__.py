@@ -1,0 +1,1 @@
+"""Kubernetes: API access (kubeconfig or in-cluster) and the metrics-server provider."""

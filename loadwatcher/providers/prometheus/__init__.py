@@ -1,0 +1,1 @@
+"""Prometheus and any PromQL engine (VictoriaMetrics, Thanos, Mimir): raw samples."""

@@ -1,0 +1,231 @@
+"""A Prometheus ``/api/v1/query`` matrix answer as a ``SeriesBatch``.
+
+Two readings give the same series, the same float64 bits and the same errors:
+
+- the bytes path: ``promjson`` cuts the sample arrays out of the text and parses their
+  numbers in bulk; only the small skeleton (status, labels) is decoded, and not even that
+  when it is byte for byte the last poll's (``ParseMemo``);
+- the JSON path, ``parse_matrix`` over the decoded document, for answers the bytes path
+  does not recognise (pretty-printed, another key order, escapes, errors).
+
+Series keep the answer's order; a node met twice (two ``job`` labels) stays twice, and the
+store merges the two, the later one winning at equal timestamps.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+import orjson
+
+from loadwatcher._types import BoolArray
+from loadwatcher.errors import ProviderError, ProviderErrorKind
+from loadwatcher.model import FloatArray, Resource, SeriesBatch
+from loadwatcher.providers.prometheus import jsonbytes
+
+
+def node_name(value: str, strip_port: bool) -> str:
+    """The node name from a label value.
+
+    ``10.0.0.3:9100`` -> ``10.0.0.3``; ``[::1]:9100`` -> ``::1``; ``node-1`` unchanged.
+    """
+    if not strip_port:
+        return value
+    if value.startswith("["):
+        host, sep, _ = value[1:].partition("]")
+        return host if sep else value
+    host, sep, port = value.rpartition(":")
+    if sep and port.isdigit() and ":" not in host:
+        return host
+    return value
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What an answer's skeleton says: the key of each labelled series, which items are
+    labelled (None: all of them) and how many are not."""
+
+    keys: list[tuple[str, Resource]]
+    labelled: BoolArray | None
+    unlabelled: int
+
+
+class ParseMemo:
+    """How series name their node, and what parsing remembers from one poll to the next.
+
+    The node is the value of ``label``, ``:port`` stripped if asked. Remembered: node names
+    by label value (every poll sees the same few thousand), and per resource the last
+    answer's skeleton with what it said — while no series come or go the skeleton is byte
+    for byte the same, so it need not be decoded and walked again.
+    """
+
+    _LIMIT = 200_000  # names past this are forgotten (nodes come and go for months)
+
+    def __init__(self, label: str = "instance", strip_port: bool = True) -> None:
+        self.label = label
+        self.strip_port = strip_port
+        self._names: dict[str, str] = {}
+        self._last: dict[Resource, tuple[bytes, _Layout]] = {}
+        # Answers are parsed in worker threads, two resources at a time.
+        self._lock = threading.Lock()
+
+    def nodes(self, values: list[str]) -> list[str]:
+        """The node name of each label value."""
+        with self._lock:
+            known = self._names
+            new = set(values).difference(known)
+            if len(known) + len(new) > self._LIMIT:
+                known.clear()
+                new = set(values)
+            for value in new:
+                known[value] = node_name(value, self.strip_port)
+            return list(map(known.__getitem__, values))
+
+    def layout(self, resource: Resource, skeleton: bytes) -> _Layout | None:
+        last = self._last.get(resource)
+        return last[1] if last is not None and last[0] == skeleton else None
+
+    def remember(self, resource: Resource, skeleton: bytes, layout: _Layout) -> None:
+        self._last[resource] = (skeleton, layout)
+
+
+def parse_answer(
+    body: bytes, resource: Resource, scale: float, memo: ParseMemo, query: str
+) -> tuple[SeriesBatch, int]:
+    """Series from the bytes of a ``/api/v1/query`` answer, and how many lacked the node label.
+
+    The samples go straight from text to columns (``promjson``) when the answer has the
+    usual layout, and through a full JSON decode (``parse_matrix``) otherwise: the same
+    result and the same errors either way. Raises ``orjson.JSONDecodeError`` when the body
+    is not JSON (the caller knows the URL to name).
+    """
+    cut = jsonbytes.cut(body)
+    layout = None if cut is None else memo.layout(resource, cut.skeleton)
+    if cut is not None and layout is None:
+        try:
+            skeleton = orjson.loads(cut.skeleton)
+        except orjson.JSONDecodeError:
+            skeleton = None  # the full decode below says how the body is wrong
+        if skeleton is not None:
+            layout = _layout(_result(skeleton, query), cut.samples, resource, memo)
+            if layout is not None:
+                memo.remember(resource, cut.skeleton, layout)
+    if cut is not None and layout is not None:
+        return _assemble(layout, cut.samples, scale), layout.unlabelled
+    doc = orjson.loads(body)
+    if doc is None:  # request_json calls a ``null`` body "not JSON" too
+        raise orjson.JSONDecodeError("null is not an answer", "null", 0)
+    return parse_matrix(doc, resource, scale, memo, query)
+
+
+def parse_matrix(
+    doc: Any, resource: Resource, scale: float, memo: ParseMemo, query: str
+) -> tuple[SeriesBatch, int]:
+    """Series from a decoded ``/api/v1/query`` answer, and how many lacked the node label."""
+    labels: list[str] = []
+    times: list[FloatArray] = []
+    values: list[FloatArray] = []
+    unlabelled = 0
+    for item in _result(doc, query):
+        metric = item.get("metric") if isinstance(item, dict) else None
+        points = item.get("values") if isinstance(item, dict) else None
+        if not isinstance(metric, dict) or not isinstance(points, list):
+            raise ProviderError(
+                ProviderErrorKind.BAD_RESPONSE, "malformed series in result", query=query
+            )
+        label = metric.get(memo.label)
+        if not isinstance(label, str) or not label:
+            unlabelled += 1
+            continue
+        ts, val = _points(points, query)
+        labels.append(label)
+        times.append(ts)
+        values.append(val)
+    if not labels:
+        return SeriesBatch.of([]), unlabelled
+    return SeriesBatch(
+        list(zip(memo.nodes(labels), repeat(resource))),
+        np.fromiter(map(len, times), np.int64, len(times)),
+        np.concatenate(times),
+        _scaled(np.concatenate(values), scale),
+    ), unlabelled
+
+
+def _scaled(values: FloatArray, scale: float) -> FloatArray:
+    """``values * scale``; a huge value becomes inf quietly: the store drops and counts it."""
+    with np.errstate(over="ignore"):
+        return values * scale
+
+
+def _result(doc: Any, query: str) -> list[Any]:
+    """``data.result`` of a successful matrix answer; raises for anything else."""
+    if not isinstance(doc, dict) or doc.get("status") != "success":
+        err = doc.get("error") if isinstance(doc, dict) else None
+        raise ProviderError(
+            ProviderErrorKind.BAD_RESPONSE,
+            f"query failed: {err or 'status is not success'}",
+            query=query,
+        )
+    data = doc.get("data")
+    if not isinstance(data, dict) or not isinstance(data.get("result"), list):
+        raise ProviderError(
+            ProviderErrorKind.BAD_RESPONSE, "answer has no data.result list", query=query
+        )
+    if data.get("resultType") != "matrix":
+        raise ProviderError(
+            ProviderErrorKind.BAD_RESPONSE,
+            f"expected a matrix, got {data.get('resultType')!r}",
+            query=query,
+        )
+    result: list[Any] = data["result"]
+    return result
+
+
+def _layout(
+    result: list[Any], samples: jsonbytes.Samples, resource: Resource, memo: ParseMemo
+) -> _Layout | None:
+    """The layout when every item is ``{"metric": {...}, "values": REF}``, so that the
+    references, in document order, match the cut arrays one to one; None sends the caller
+    to the full decode (which also raises any error, exactly as it words it)."""
+    if len(result) != samples.lengths.shape[0]:
+        return None
+    try:
+        metrics = [item["metric"] for item in result]
+        refs = [item["values"] for item in result]
+    except (KeyError, TypeError):
+        return None
+    if refs.count(jsonbytes.REF) != len(refs) or set(map(type, metrics)) - {dict}:
+        return None
+    found: list[Any] = list(map(dict.get, metrics, repeat(memo.label)))
+    labelled = [type(v) is str and v != "" for v in found]
+    if all(labelled):
+        return _Layout(list(zip(memo.nodes(found), repeat(resource))), None, 0)
+    labels = [v for v, ok in zip(found, labelled, strict=True) if ok]
+    keys = list(zip(memo.nodes(labels), repeat(resource)))
+    return _Layout(keys, np.array(labelled, bool), len(found) - len(keys))
+
+
+def _assemble(layout: _Layout, samples: jsonbytes.Samples, scale: float) -> SeriesBatch:
+    ts, values, lengths = samples.ts, samples.values, samples.lengths
+    if layout.labelled is not None:
+        inside = np.repeat(layout.labelled, lengths)
+        ts, values, lengths = ts[inside], values[inside], lengths[layout.labelled]
+    return SeriesBatch(layout.keys, lengths, ts, _scaled(values, scale))
+
+
+def _points(values: list[Any], query: str) -> tuple[FloatArray, FloatArray]:
+    """``[[ts, "value"], ...]`` -> two float arrays (numpy parses the value strings in C)."""
+    try:
+        ts = np.array([p[0] for p in values], dtype=np.float64)
+        val = np.array([p[1] for p in values], dtype=np.float64)
+    except (TypeError, ValueError, KeyError, IndexError) as exc:
+        raise ProviderError(
+            ProviderErrorKind.BAD_RESPONSE, f"malformed sample: {exc}", query=query
+        ) from exc
+    if ts.ndim != 1 or val.ndim != 1:
+        raise ProviderError(ProviderErrorKind.BAD_RESPONSE, "malformed sample", query=query)
+    return ts, val

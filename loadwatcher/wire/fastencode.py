@@ -1,0 +1,167 @@
+"""The bytes of ``render.encode(render.document(...))``, assembled without building the document.
+
+``render.document`` is the readable definition of the wire formats; this module produces
+the same bytes (tested byte for byte) for the bodies the service serves. A 5,000-node body
+holds 90,000 metric objects: building a dict for each and encoding them cost ~70 ms per
+cycle. Here every metric object is a constant prefix (name, type, operator, rollup — one per
+resource and operator) followed by its value, and the body is the concatenation of:
+
+- the values of all rows, in wire order, formatted by one ``orjson.dumps`` of a numpy array
+  and split at the commas (so each number is exactly the text orjson writes for a float,
+  ``null`` for NaN included);
+- before each value, its prefix, looked up for all rows at once in a table indexed by
+  (resource, operator);
+- before each node's first value, the text around that node (the envelope, the end of the
+  previous node: its tags and metadata, the node's name). orjson writes all of it in one
+  call, from the document with a marker where each node's values go (the "skeleton").
+
+What is left in Python is a pass over the rows' keys to order them and one small dict per
+node for the skeleton; every per-value step is a C-level array or list operation. At 5,000
+nodes (11 MB) this takes ~15 ms against ~20 ms for one glue fragment built per value in a
+Python loop: formatting, splitting and joining the 90,000 numbers is most of what is left.
+Needs ``orjson.Fragment``.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+import orjson
+
+from loadwatcher.model import WIRE_OPERATORS, Resource
+from loadwatcher.pipeline.rollups import WindowStats
+from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.wire.formats import Format
+
+_RESOURCES = tuple(Resource)
+_RESOURCE_ORDER = {r: i for i, r in enumerate(_RESOURCES)}
+_NO_TAGS: dict[str, Any] = {}
+_NO_INFO = {"dataCenter": ""}
+
+# Where a node's values go in the skeleton. orjson escapes control characters inside strings
+# (as \u0000), so a raw NUL in its output can only come from a Fragment we put there.
+_MARK = b"\x00"
+
+
+def _prefixes(snap: Snapshot, resource: Resource, window: str, fmt: Format) -> list[bytes]:
+    """``{"name":...,"value":`` for each wire operator of one resource, as orjson writes it."""
+    name = snap.metric_names.get(resource, str(resource))
+    out = []
+    for op in WIRE_OPERATORS:
+        fields: dict[str, str]
+        if fmt is Format.DEFAULT:
+            fields = {"name": name, "type": resource.wire_type, "operator": str(op)}
+            fields["rollup"] = window
+        else:
+            fields = {"name": name, "type": str(resource), "rollup": str(op)}
+        out.append(orjson.dumps(fields)[:-1] + b',"value":')
+    return out
+
+
+def _glue_table(prefixes: list[list[bytes]]) -> np.ndarray:
+    """Object array [resource, operator]: what precedes a value that is not its node's first
+    (the end of the previous metric object, then the prefix)."""
+    table = np.empty((len(prefixes), len(WIRE_OPERATORS)), object)
+    for r, row in enumerate(prefixes):
+        table[r] = [b"}," + p for p in row]
+    return table
+
+
+def _ordered_rows(
+    snap: Snapshot, sids: np.ndarray, only: str | None
+) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+    """The window's rows in wire order (by node name, then resource order), as
+    (row indices, their resource codes, the nodes in order, each node's first position)."""
+    keys = snap.keys
+    row_keys = [keys[s] for s in sids.tolist()]
+    rows = np.arange(len(row_keys))
+    if only is not None:
+        rows = np.flatnonzero(np.fromiter((k[0] == only for k in row_keys), bool, len(row_keys)))
+        row_keys = [row_keys[i] for i in rows.tolist()]
+    names = [k[0] for k in row_keys]
+    # dict.fromkeys keeps first-seen order, which is close to sorted in a store filled
+    # node by node: sorting it is cheaper than sorting a set.
+    nodes = sorted(dict.fromkeys(names))
+    rank = dict(zip(nodes, range(len(nodes)), strict=True))
+    node_rank = np.fromiter(map(rank.__getitem__, names), np.int64, len(names))
+    codes = np.fromiter((_RESOURCE_ORDER[k[1]] for k in row_keys), np.int64, len(row_keys))
+    order = np.argsort(node_rank * len(_RESOURCES) + codes, kind="stable")
+    ranked = node_rank[order]
+    first = np.flatnonzero(np.diff(ranked, prepend=-1))
+    return rows[order], codes[order], nodes, first
+
+
+def _numbers(stats: WindowStats, rows: np.ndarray) -> list[bytes]:
+    """Each value of ``rows`` (row by row, operator by operator) as orjson writes a float.
+
+    A JSON number never holds a comma. orjson writes a float64 array element exactly as the
+    Python float (checked on random bit patterns), without a list of 90,000 floats.
+    """
+    columns = np.column_stack([stats.values[op] for op in WIRE_OPERATORS])
+    flat = np.ascontiguousarray(columns[rows].astype(np.float64, copy=False).ravel())
+    numbers = orjson.dumps(flat, option=orjson.OPT_SERIALIZE_NUMPY).split(b",")
+    # Strip the array's brackets here rather than copy the whole text to drop them.
+    numbers[0] = numbers[0][1:]
+    numbers[-1] = numbers[-1][:-1]
+    return numbers
+
+
+def _skeleton(
+    snap: Snapshot,
+    window: str,
+    fmt: Format,
+    nodes: list[str],
+    openings: list[orjson.Fragment],
+) -> list[bytes]:
+    """The body's text around the nodes' values, split at each node's values:
+    ``len(nodes) + 1`` pieces, the first ending with the first node's first prefix."""
+    stats = snap.windows[window]
+    tags, info = snap.tags, snap.node_info
+    entries = {
+        node: {
+            "metrics": opening,
+            "tags": tags.get(node, _NO_TAGS),
+            "metadata": {"dataCenter": "", **extra} if (extra := info.get(node)) else _NO_INFO,
+        }
+        for node, opening in zip(nodes, openings, strict=True)
+    }
+    doc = {
+        "timestamp": int(snap.taken_at),
+        "window": {"duration": window, "start": stats.start, "end": stats.end},
+        "source": snap.source,
+        "data": {"NodeMetricsMap": entries} if fmt is Format.DEFAULT else entries,
+    }
+    pieces = orjson.dumps(doc).split(_MARK)
+    assert len(pieces) == len(nodes) + 1
+    return pieces
+
+
+def encode(snap: Snapshot, window: str, fmt: Format, only: str | None = None) -> bytes | None:
+    """The body of ``window`` in ``fmt``, all nodes or only ``only`` (None if it has no rows)."""
+    stats = snap.windows[window]
+    rows, codes, nodes, first = _ordered_rows(snap, stats.sids, only)
+    if only is not None and not nodes:
+        return None
+    prefixes = [_prefixes(snap, r, window, fmt) for r in _RESOURCES]
+    # A node's metrics array holds its values (at the mark), the last one's object closed.
+    by_first = [orjson.Fragment(b"[" + ps[0] + _MARK + b"}]") for ps in prefixes]
+    openings = [by_first[c] for c in codes[first].tolist()]
+    pieces = _skeleton(snap, window, fmt, nodes, openings)
+    if not nodes:
+        return pieces[0]
+
+    glue = _glue_table(prefixes)[codes]
+    glue[first, 0] = np.fromiter(pieces[:-1], object, len(nodes))
+    numbers = _numbers(stats, rows)
+    parts: list[bytes] = [b""] * (2 * len(numbers) + 1)
+    parts[0:-1:2] = glue.ravel().tolist()
+    parts[1::2] = numbers
+    parts[-1] = pieces[-1]
+    # Not b"".join: it allocates a buffer descriptor per part (80 bytes x 180,000 = 14 MB at
+    # 5,000 nodes) beside the body. BytesIO grows one buffer in place and hands it over:
+    # 8 ms instead of 14, and half the fresh memory.
+    out = io.BytesIO()
+    out.writelines(parts)
+    return out.getvalue()

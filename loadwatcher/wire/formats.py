@@ -1,0 +1,101 @@
+"""Wire formats of a Snapshot: the Go load-watcher format and the KEP appendix format.
+
+Pure functions from a Snapshot to plain data; ``encode`` turns that into bytes once.
+Default format (what the Go Trimaran client decodes; keys are case-sensitive)::
+
+    {"timestamp": 1700000000, "window": {"duration": "15m", "start": ..., "end": ...},
+     "source": "Prometheus",
+     "data": {"NodeMetricsMap": {"node-1": {"metrics": [
+         {"name": "instance:node_cpu:ratio", "type": "CPU", "operator": "Latest",
+          "rollup": "15m", "value": 23.4}, ...], "tags": {...}, "metadata": {...}}}}}
+
+KEP format: ``data`` keyed by node, ``rollup`` holds the operator, ``type`` is lowercase.
+Nodes with no sample in the window are omitted (an empty ``metrics`` array makes the Go
+client treat a node as absent anyway).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from loadwatcher.model import WINDOWS, WIRE_OPERATORS, Resource
+from loadwatcher.pipeline.snapshot import Snapshot
+
+
+class Format(StrEnum):
+    DEFAULT = "default"
+    KEP = "kep"
+
+
+_RESOURCE_ORDER = {r: i for i, r in enumerate(Resource)}
+
+
+def pick_window(snap: Snapshot, requested: str | None) -> str:
+    """The requested window, or the longest one that has data (15m, then 10m, then 5m)."""
+    if requested is not None:
+        return requested
+    for window in reversed(WINDOWS):
+        if snap.windows[window.name].sids.shape[0]:
+            return window.name
+    return WINDOWS[-1].name
+
+
+def document(snap: Snapshot, window: str, fmt: Format, only: str | None = None) -> dict[str, Any]:
+    """The response document for one window, all nodes or only node ``only``."""
+    stats = snap.windows[window]
+    sids = stats.sids.tolist()
+    rows: list[int] | range = range(len(sids))
+    if only is not None:
+        rows = [i for i in rows if snap.keys[sids[i]][0] == only]
+    columns = {op: stats.values[op].tolist() for op in WIRE_OPERATORS}
+    ordered = sorted(
+        rows, key=lambda i: (snap.keys[sids[i]][0], _RESOURCE_ORDER[snap.keys[sids[i]][1]])
+    )
+    nodes: dict[str, dict[str, Any]] = {}
+    for i in ordered:
+        node, resource = snap.keys[sids[i]]
+        entry = nodes.get(node)
+        if entry is None:
+            entry = nodes[node] = {
+                "metrics": [],
+                "tags": snap.tags.get(node, {}),
+                "metadata": {"dataCenter": "", **snap.node_info.get(node, {})},
+            }
+        name = snap.metric_names.get(resource, str(resource))
+        metrics = entry["metrics"]
+        if fmt is Format.DEFAULT:
+            wire_type = resource.wire_type
+            for op in WIRE_OPERATORS:
+                metrics.append(
+                    {
+                        "name": name,
+                        "type": wire_type,
+                        "operator": str(op),
+                        "rollup": window,
+                        "value": columns[op][i],
+                    }
+                )
+        else:
+            for op in WIRE_OPERATORS:
+                metrics.append(
+                    {
+                        "name": name,
+                        "type": str(resource),
+                        "rollup": str(op),
+                        "value": columns[op][i],
+                    }
+                )
+    data: dict[str, Any] = {"NodeMetricsMap": nodes} if fmt is Format.DEFAULT else nodes
+    return {
+        "timestamp": int(snap.taken_at),
+        "window": {"duration": window, "start": stats.start, "end": stats.end},
+        "source": snap.source,
+        "data": data,
+    }
+
+
+def encode(doc: dict[str, Any]) -> bytes:
+    return orjson.dumps(doc)
