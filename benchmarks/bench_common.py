@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TESTS = REPO / "tests"
+TESTS = REPO / "tests" / "support"
 
 # Executable -> the Debian package that ships it.
 DEBIAN_PACKAGES: dict[str, str] = {
@@ -48,7 +48,7 @@ def setup_paths() -> None:
 
 
 setup_paths()
-import backends  # noqa: E402  (tests/backends.py: the process helpers the tests use too)
+import backends  # noqa: E402  (tests/support/backends.py: the process helpers the tests use too)
 from backends import free_port as free_port  # noqa: E402
 from backends import serve_argv as serve_argv  # noqa: E402
 from backends import tail as tail  # noqa: E402

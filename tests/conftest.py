@@ -1,4 +1,4 @@
-"""Fixtures that start real backends on loopback (see tests/backends.py)."""
+"""Fixtures that start real backends on loopback (see tests/support/backends.py)."""
 
 from __future__ import annotations
 
@@ -86,3 +86,17 @@ def influxdb_factory(tmp_path: Path) -> Iterator[InfluxDBFactory]:
         yield factory
     finally:
         stop_all(servers)
+
+
+# --------------------------------------------------------------------------- tiers
+
+TIERS = ("unit", "integration", "system", "packaging")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with its tier, the folder under tests/ it lives in, so that
+    ``scripts/test -m unit`` is the fast loop and ``-m "not system"`` skips whole processes."""
+    for item in items:
+        parts = item.path.relative_to(Path(__file__).parent).parts
+        if parts and parts[0] in TIERS:
+            item.add_marker(parts[0])

@@ -273,7 +273,8 @@ class Journal:
                     await db.execute(codec.INSERT, codec.encode(sid, added.ts, added.val))
                 await db.execute("DELETE FROM chunks WHERE ts_max < ?", (trim_before,))
                 await db.execute(
-                    _PUT_SNAPSHOT, (taken_at, snapshot_body),
+                    _PUT_SNAPSHOT,
+                    (taken_at, snapshot_body),
                 )
                 await db.execute("COMMIT")
             except BaseException:

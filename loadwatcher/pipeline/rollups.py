@@ -34,7 +34,6 @@ QUANTILES: dict[Operator, float] = {
 }
 
 
-
 @dataclass(frozen=True)
 class WindowStats:
     """Statistics of one window for the series that have samples in it.

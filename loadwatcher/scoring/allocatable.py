@@ -54,8 +54,10 @@ def parse_args(raw: Mapping[str, Any]) -> Args:
             raise ValueError(f"{NAME} args.resources[{i}]: expected {{name, weight}}")
         weight = item.get("weight")
         if isinstance(weight, bool) or not isinstance(weight, int) or weight <= 0:
-            raise ValueError(f"{NAME} args.resources[{i}].weight: resource Weight of "
-                             f"{item['name']} should be a positive integer, got {weight!r}")
+            raise ValueError(
+                f"{NAME} args.resources[{i}].weight: resource Weight of "
+                f"{item['name']} should be a positive integer, got {weight!r}"
+            )
         resources[item["name"]] = weight
     return Args(mode, tuple(resources.items()))
 
@@ -76,8 +78,9 @@ def raw_score(allocatable: Mapping[str, int], args: Args) -> int:
     node_score = weight_sum = 0
     for name, weight in args.resources:
         value = allocatable.get(name, 0)
-        node_score = wrap_int64(node_score + wrap_int64((-value if args.mode == "Least"
-                                                         else value) * weight))
+        node_score = wrap_int64(
+            node_score + wrap_int64((-value if args.mode == "Least" else value) * weight)
+        )
         weight_sum = wrap_int64(weight_sum + weight)
     return go_idiv(node_score, weight_sum)
 
@@ -98,8 +101,7 @@ def _column(cluster: Cluster, name: str) -> IntArray:
         return cluster.alloc_cpu
     if name == "memory":
         return cluster.alloc_mem
-    return np.array([allocatable_value(n.allocatable, name) for n in cluster.nodes],
-                    dtype=np.int64)
+    return np.array([allocatable_value(n.allocatable, name) for n in cluster.nodes], dtype=np.int64)
 
 
 def raw_scores(cluster: Cluster, args: Args) -> IntArray:

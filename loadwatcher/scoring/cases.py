@@ -66,7 +66,7 @@ def _window(raw: Any) -> tuple[str, float | None]:
         raise ValueError("case.window: expected {duration, start, end} or a duration string")
     duration = raw.get("duration", "")
     if not isinstance(duration, str):
-        raise ValueError("case.window.duration: expected a string such as \"15m\"")
+        raise ValueError('case.window.duration: expected a string such as "15m"')
     return duration, _time(raw.get("end"), "window.end")
 
 
@@ -76,7 +76,7 @@ def run_case(doc: Any) -> dict[str, dict[str, Any]]:
         raise ValueError("case: expected a JSON object")
     plugin = doc.get("plugin")
     if not isinstance(plugin, str):
-        raise ValueError("case.plugin: expected a plugin name such as \"TargetLoadPacking\"")
+        raise ValueError('case.plugin: expected a plugin name such as "TargetLoadPacking"')
     name = canonical_name(plugin)
     args = parse_plugin_args(name, doc.get("args"))
     duration, end = _window(doc.get("window"))
@@ -85,12 +85,14 @@ def run_case(doc: Any) -> dict[str, dict[str, Any]]:
     nodes_raw = doc.get("nodes")
     if not isinstance(nodes_raw, list):
         raise ValueError("case.nodes: expected a list of nodes")
-    nodes = [parse_node(n, f"case.nodes[{i}]", now=now, default_rollup=duration)
-             for i, n in enumerate(nodes_raw)]
+    nodes = [
+        parse_node(n, f"case.nodes[{i}]", now=now, default_rollup=duration)
+        for i, n in enumerate(nodes_raw)
+    ]
     if len({n.name for n in nodes}) != len(nodes):
         raise ValueError("case.nodes: node names must be unique")
     if "pod" not in doc:
-        raise ValueError("case.pod: missing (give a PodSpec subset, e.g. {\"containers\": []})")
+        raise ValueError('case.pod: missing (give a PodSpec subset, e.g. {"containers": []})')
     pod = parse_pod(doc["pod"], "case.pod")
     fallback = doc.get("fallback", False)
     if not isinstance(fallback, bool):

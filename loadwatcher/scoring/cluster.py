@@ -96,8 +96,7 @@ class Cluster:
     def value(self, kind: str, operator: str, rollup: str) -> tuple[FloatArray, BoolArray]:
         """Last value of (type, operator, rollup) per node and where it exists."""
         n = len(self.nodes)
-        return self.values.get((kind, operator, rollup),
-                               (np.zeros(n), np.zeros(n, dtype=np.bool_)))
+        return self.values.get((kind, operator, rollup), (np.zeros(n), np.zeros(n, dtype=np.bool_)))
 
     def rollups(self, kind: str, operator: str) -> set[str]:
         """The rollup windows present for (type, operator) on any node."""
@@ -127,8 +126,13 @@ def _quality(node: NodeInput, has_metrics: bool, now: float, stale_after_s: floa
     return tag or "ok"
 
 
-def build_cluster(nodes: Sequence[NodeInput], *, now: float, window_end: float | None = None,
-                  stale_after_s: float = STALE_AFTER_S) -> Cluster:
+def build_cluster(
+    nodes: Sequence[NodeInput],
+    *,
+    now: float,
+    window_end: float | None = None,
+    stale_after_s: float = STALE_AFTER_S,
+) -> Cluster:
     """Columns for ``nodes``. ``window_end`` defaults to ``now``."""
     n = len(nodes)
     end = now if window_end is None else window_end
@@ -145,8 +149,14 @@ def build_cluster(nodes: Sequence[NodeInput], *, now: float, window_end: float |
     recent_bound: list[float] = []
     for i, node in enumerate(nodes):
         cap, alloc = node.capacity, node.allocatable
-        caps.append((_units(cap.get("cpu"), True), _units(cap.get("memory"), False),
-                     _units(alloc.get("cpu"), True), _units(alloc.get("memory"), False)))
+        caps.append(
+            (
+                _units(cap.get("cpu"), True),
+                _units(cap.get("memory"), False),
+                _units(alloc.get("cpu"), True),
+                _units(alloc.get("memory"), False),
+            )
+        )
         rc = rm = lc = lm = 0
         for pod in (*node.pods, *(r.pod for r in node.recent_pods)):
             req, lim = pod.requests_and_limits
@@ -182,13 +192,33 @@ def build_cluster(nodes: Sequence[NodeInput], *, now: float, window_end: float |
     ints = np.array(caps, dtype=np.int64).reshape(n, 4)
     pod_sums = np.array(sums, dtype=np.int64).reshape(n, 4)
     return Cluster(
-        tuple(nodes), tuple(x.name for x in nodes), now, end,
+        tuple(nodes),
+        tuple(x.name for x in nodes),
+        now,
+        end,
         np.array([bool(x.metrics) for x in nodes], dtype=np.bool_),
-        ints[:, 0].copy(), ints[:, 1].copy(), ints[:, 2].copy(), ints[:, 3].copy(),
-        np.array(tlp, dtype=np.float64), np.array(tlp_found, dtype=np.bool_),
-        {k: ResourceData(np.array(a, dtype=np.float64), np.array(s, dtype=np.float64),
-                         np.array(v, dtype=np.bool_)) for k, (a, s, v) in stats.items()},
-        values, np.array(updated, dtype=np.float64), tuple(quality),
-        pod_sums[:, 0].copy(), pod_sums[:, 1].copy(), pod_sums[:, 2].copy(),
-        pod_sums[:, 3].copy(), tuple(recent), np.array(recent_node, dtype=np.int64),
-        np.array(recent_bound, dtype=np.float64))
+        ints[:, 0].copy(),
+        ints[:, 1].copy(),
+        ints[:, 2].copy(),
+        ints[:, 3].copy(),
+        np.array(tlp, dtype=np.float64),
+        np.array(tlp_found, dtype=np.bool_),
+        {
+            k: ResourceData(
+                np.array(a, dtype=np.float64),
+                np.array(s, dtype=np.float64),
+                np.array(v, dtype=np.bool_),
+            )
+            for k, (a, s, v) in stats.items()
+        },
+        values,
+        np.array(updated, dtype=np.float64),
+        tuple(quality),
+        pod_sums[:, 0].copy(),
+        pod_sums[:, 1].copy(),
+        pod_sums[:, 2].copy(),
+        pod_sums[:, 3].copy(),
+        tuple(recent),
+        np.array(recent_node, dtype=np.int64),
+        np.array(recent_bound, dtype=np.float64),
+    )

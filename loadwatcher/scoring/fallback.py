@@ -25,15 +25,17 @@ from loadwatcher.scoring.gomath import go_round, go_round_np
 from loadwatcher.scoring.pods import Resources
 
 NAME = "Fallback"
-APPLIES_TO = frozenset({"TargetLoadPacking", "LoadVariationRiskBalancing",
-                        "LowRiskOverCommitment"})
+APPLIES_TO = frozenset({"TargetLoadPacking", "LoadVariationRiskBalancing", "LowRiskOverCommitment"})
 NEEDS_FALLBACK = frozenset({"stale", "missing"})
 
 
 def allocation_score(requested: Resources, alloc_cpu_milli: int, alloc_mem: int) -> int:
     """Best-fit score of one node from its total requests *including* the pod."""
-    fractions = [req / alloc for req, alloc in ((requested.milli_cpu, alloc_cpu_milli),
-                                                (requested.memory, alloc_mem)) if alloc > 0]
+    fractions = [
+        req / alloc
+        for req, alloc in ((requested.milli_cpu, alloc_cpu_milli), (requested.memory, alloc_mem))
+        if alloc > 0
+    ]
     if not fractions or any(f > 1 for f in fractions):
         return 0
     return int(go_round(100 * sum(fractions) / len(fractions)))
@@ -44,8 +46,10 @@ def score_batch(cluster: Cluster, pod_request: Resources) -> BatchScores:
     total = np.zeros(len(cluster))
     count = np.zeros(len(cluster))
     fits = np.ones(len(cluster), dtype=np.bool_)
-    for req, alloc in ((cluster.pods_req_cpu + pod_request.milli_cpu, cluster.alloc_cpu),
-                       (cluster.pods_req_mem + pod_request.memory, cluster.alloc_mem)):
+    for req, alloc in (
+        (cluster.pods_req_cpu + pod_request.milli_cpu, cluster.alloc_cpu),
+        (cluster.pods_req_mem + pod_request.memory, cluster.alloc_mem),
+    ):
         has = alloc > 0
         frac = req.astype(np.float64) / np.where(has, alloc, 1).astype(np.float64)
         total += np.where(has, frac, 0.0)
@@ -54,8 +58,9 @@ def score_batch(cluster: Cluster, pod_request: Resources) -> BatchScores:
     with np.errstate(invalid="ignore", divide="ignore"):
         scores = go_round_np(100 * total / np.where(count > 0, count, 1))
     ok = fits & (count > 0)
-    return BatchScores(np.where(ok, scores, 0).astype(np.int64),
-                       np.ones(len(cluster), dtype=np.bool_))
+    return BatchScores(
+        np.where(ok, scores, 0).astype(np.int64), np.ones(len(cluster), dtype=np.bool_)
+    )
 
 
 def needs_fallback(cluster: Cluster) -> np.ndarray:

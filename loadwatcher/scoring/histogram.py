@@ -26,8 +26,9 @@ def _round_half_up(x: float) -> int:
 class DecayingHistogram:
     """A linear-bucket histogram whose sample weights decay with a half-life."""
 
-    def __init__(self, max_value: float, bucket_size: float, half_life_s: float,
-                 epsilon: float = 1e-15) -> None:
+    def __init__(
+        self, max_value: float, bucket_size: float, half_life_s: float, epsilon: float = 1e-15
+    ) -> None:
         if max_value <= 0 or bucket_size <= 0 or epsilon <= 0 or half_life_s <= 0:
             raise ValueError("max_value, bucket_size, epsilon and half_life_s must be positive")
         self.bucket_size = bucket_size
@@ -107,6 +108,8 @@ class DecayingHistogram:
         """Weighted mean of bucket starts; 0.0 when empty."""
         if self.is_empty():
             return 0.0
-        total = sum(self.weights[b] * self.bucket_start(b)
-                    for b in range(self.min_bucket, self.max_bucket + 1))
+        total = sum(
+            self.weights[b] * self.bucket_start(b)
+            for b in range(self.min_bucket, self.max_bucket + 1)
+        )
         return total / self.total

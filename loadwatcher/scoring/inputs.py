@@ -20,8 +20,15 @@ from loadwatcher.scoring.nodes import NodeInput, parse_nodes
 from loadwatcher.scoring.plugins import PLUGINS, canonical_name, parse_plugin_args
 from loadwatcher.scoring.pods import Pod, parse_pod
 
-__all__ = ["loadaware_windows", "read_document", "read_nodes", "read_plugin_args", "read_pod",
-           "read_snapshot", "with_windows"]
+__all__ = [
+    "loadaware_windows",
+    "read_document",
+    "read_nodes",
+    "read_plugin_args",
+    "read_pod",
+    "read_snapshot",
+    "with_windows",
+]
 
 _WINDOWS = {300.0: "5m", 600.0: "10m", 900.0: "15m"}
 
@@ -55,8 +62,13 @@ def read_pod(path: str) -> Pod:
     return parse_pod(read_document(path), f"pod file {path!r}")
 
 
-def read_nodes(path: str | None, kubeconfig: str | None, context: str | None,
-               now: float, timeout_s: float = 15.0) -> list[NodeInput] | None:
+def read_nodes(
+    path: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    now: float,
+    timeout_s: float = 15.0,
+) -> list[NodeInput] | None:
     """Candidate nodes from ``--nodes`` or ``--kubeconfig``; None when neither is given.
 
     ``timeout_s`` bounds each request to the API server."""
@@ -85,12 +97,27 @@ def read_plugin_args(names: list[str] | None, args_path: str | None) -> dict[str
     return {name: parse_plugin_args(name, given.get(name)) for name in dict.fromkeys(chosen)}
 
 
-def read_snapshot(source: str, *, now: float, window: str | None, fmt: str,
-                  max_age_s: float | None, timeout_s: float, retries: int) -> Snapshot:
+def read_snapshot(
+    source: str,
+    *,
+    now: float,
+    window: str | None,
+    fmt: str,
+    max_age_s: float | None,
+    timeout_s: float,
+    retries: int,
+) -> Snapshot:
     """A snapshot from a watcher URL (fetched, age-checked) or a saved document."""
     if source.startswith(("http://", "https://")):
-        return fetch_snapshot(source, window=window, fmt=fmt, max_age_s=max_age_s,
-                              timeout_s=timeout_s, retries=retries, clock=lambda: now)
+        return fetch_snapshot(
+            source,
+            window=window,
+            fmt=fmt,
+            max_age_s=max_age_s,
+            timeout_s=timeout_s,
+            retries=retries,
+            clock=lambda: now,
+        )
     snapshot = load_snapshot(_read_bytes(source))
     if max_age_s is not None:
         check_age(snapshot, now, max_age_s)
@@ -105,8 +132,10 @@ def loadaware_windows(plugin_args: Mapping[str, Any]) -> set[str]:
     windows = {"5m"}
     agg = args.aggregated
     if agg is not None:
-        for kind, duration in ((agg.score_aggregation_type, agg.score_aggregated_duration_s),
-                               (agg.usage_aggregation_type, agg.usage_aggregated_duration_s)):
+        for kind, duration in (
+            (agg.score_aggregation_type, agg.score_aggregated_duration_s),
+            (agg.usage_aggregation_type, agg.usage_aggregated_duration_s),
+        ):
             if kind:
                 windows.add(_WINDOWS.get(duration, "15m") if duration else "15m")
     return windows
@@ -122,5 +151,12 @@ def with_windows(snapshot: Snapshot, extra: list[Snapshot]) -> Snapshot:
     for name, node in snapshot.nodes.items():
         before = tuple(m for s in extra if name in s.nodes for m in s.nodes[name].metrics)
         nodes[name] = NodeMetrics(name, before + node.metrics, node.tags, node.metadata)
-    return Snapshot(snapshot.timestamp, snapshot.duration, snapshot.start, snapshot.end,
-                    snapshot.source, nodes, snapshot.format)
+    return Snapshot(
+        snapshot.timestamp,
+        snapshot.duration,
+        snapshot.start,
+        snapshot.end,
+        snapshot.source,
+        nodes,
+        snapshot.format,
+    )

@@ -27,8 +27,15 @@ from loadwatcher.scoring.common import arg_bool, arg_int, arg_map
 from loadwatcher.scoring.gomath import go_round
 from loadwatcher.scoring.pods import Pod
 
-__all__ = ["AGGREGATION_TYPES", "Aggregated", "Args", "estimate_pod",
-           "estimated_used_by_resource", "parse_args", "parse_duration"]
+__all__ = [
+    "AGGREGATION_TYPES",
+    "Aggregated",
+    "Args",
+    "estimate_pod",
+    "estimated_used_by_resource",
+    "parse_args",
+    "parse_duration",
+]
 
 NAME = "LoadAwareScheduling"
 DEFAULT_MILLI_CPU_REQUEST = 250
@@ -71,7 +78,7 @@ def parse_duration(text: Any, where: str = "duration") -> float:
     if isinstance(text, int | float) and not isinstance(text, bool):
         return float(text)
     if not isinstance(text, str):
-        raise ValueError(f"{where}: expected a duration such as \"5m\", got {text!r}")
+        raise ValueError(f'{where}: expected a duration such as "5m", got {text!r}')
     if text in ("0", ""):
         return 0.0
     parts = _DURATION.findall(text)
@@ -80,8 +87,7 @@ def parse_duration(text: Any, where: str = "duration") -> float:
     return sum(float(n) * _UNITS[u] for n, u in parts)
 
 
-def _pairs(raw: Mapping[str, Any], key: str, default: Pairs, merge: bool,
-           low: int = 0) -> Pairs:
+def _pairs(raw: Mapping[str, Any], key: str, default: Pairs, merge: bool, low: int = 0) -> Pairs:
     """A resource -> percent map, each value in [low, 100] (ValidateLoadAwareSchedulingArgs)."""
     given = arg_map(raw, key, NAME)
     out = dict(default) if merge or not given else {}
@@ -107,39 +113,57 @@ def parse_args(raw: Mapping[str, Any]) -> Args:
         for key in ("usageAggregationType", "scoreAggregationType"):
             value = agg_raw.get(key, "")
             if value not in ("", *AGGREGATION_TYPES):
-                raise ValueError(f"{NAME} args.aggregated.{key}: expected one of "
-                                 f"{', '.join(AGGREGATION_TYPES)}, got {value!r}")
+                raise ValueError(
+                    f"{NAME} args.aggregated.{key}: expected one of "
+                    f"{', '.join(AGGREGATION_TYPES)}, got {value!r}"
+                )
             types.append(str(value))
         aggregated = Aggregated(
-            _pairs(agg_raw, "usageThresholds", (), merge=False), types[0],
-            parse_duration(agg_raw.get("usageAggregatedDuration", 0),
-                           f"{NAME} args.aggregated.usageAggregatedDuration"), types[1],
-            parse_duration(agg_raw.get("scoreAggregatedDuration", 0),
-                           f"{NAME} args.aggregated.scoreAggregatedDuration"))
+            _pairs(agg_raw, "usageThresholds", (), merge=False),
+            types[0],
+            parse_duration(
+                agg_raw.get("usageAggregatedDuration", 0),
+                f"{NAME} args.aggregated.usageAggregatedDuration",
+            ),
+            types[1],
+            parse_duration(
+                agg_raw.get("scoreAggregatedDuration", 0),
+                f"{NAME} args.aggregated.scoreAggregatedDuration",
+            ),
+        )
     dominant = arg_int(raw, "dominantResourceWeight", 0, NAME)
     if not 0 <= dominant <= 100:
         raise ValueError(f"{NAME} args.dominantResourceWeight: must be in [0, 100]")
     weights = _pairs(raw, "resourceWeights", Args.resource_weights, merge=False, low=1)
-    factors = _pairs(raw, "estimatedScalingFactors", Args.estimated_scaling_factors,
-                     merge=True, low=1)
+    factors = _pairs(
+        raw, "estimatedScalingFactors", Args.estimated_scaling_factors, merge=True, low=1
+    )
     missing = sorted({name for name, _ in weights} - {name for name, _ in factors})
     if missing:
         noun = "resource" if len(missing) == 1 else "resources"
-        raise ValueError(f"{NAME} args.estimatedScalingFactors: no factor for weighted "
-                         f"{noun} {', '.join(missing)}")
+        raise ValueError(
+            f"{NAME} args.estimatedScalingFactors: no factor for weighted "
+            f"{noun} {', '.join(missing)}"
+        )
     return Args(
-        arg_bool(raw, "filterExpiredNodeMetrics", True, NAME), expiration,
-        arg_bool(raw, "enableScheduleWhenNodeMetricsExpired", False, NAME), weights,
-        _pairs(raw, "usageThresholds", Args.usage_thresholds, merge=False), factors,
-        dominant, aggregated)
+        arg_bool(raw, "filterExpiredNodeMetrics", True, NAME),
+        expiration,
+        arg_bool(raw, "enableScheduleWhenNodeMetricsExpired", False, NAME),
+        weights,
+        _pairs(raw, "usageThresholds", Args.usage_thresholds, merge=False),
+        factors,
+        dominant,
+        aggregated,
+    )
 
 
 def _ceil_away(x: Fraction) -> int:
     return math.ceil(x) if x >= 0 else -math.ceil(-x)
 
 
-def estimated_used_by_resource(requests: Mapping[str, Fraction], limits: Mapping[str, Fraction],
-                               name: str, factor: int) -> int:
+def estimated_used_by_resource(
+    requests: Mapping[str, Fraction], limits: Mapping[str, Fraction], name: str, factor: int
+) -> int:
     """``estimatedUsedByResource`` for one resource (CPU millicores, others in units)."""
     limit, request = limits.get(name, Fraction(0)), requests.get(name, Fraction(0))
     quantity = limit if limit > request else request
@@ -156,8 +180,9 @@ def estimate_pod(pod: Pod, weights: Pairs, factors: Pairs) -> dict[str, int]:
     key = ("koordinator", weights, factors)
     if key not in pod.memo:
         requests, limits, f = pod.k8s_sums(False), pod.k8s_sums(True), dict(factors)
-        pod.memo[key] = {name: estimated_used_by_resource(requests, limits, name,
-                                                          f.get(name, 0))
-                         for name, _ in weights}
+        pod.memo[key] = {
+            name: estimated_used_by_resource(requests, limits, name, f.get(name, 0))
+            for name, _ in weights
+        }
     result: dict[str, int] = pod.memo[key]
     return result

@@ -35,8 +35,9 @@ def _bound_at(pod: Mapping[str, Any]) -> float | None:
     return None
 
 
-def nodes_from_items(items: Sequence[Any], *, now: float,
-                     recent_s: float = RECENT_S) -> list[NodeInput]:
+def nodes_from_items(
+    items: Sequence[Any], *, now: float, recent_s: float = RECENT_S
+) -> list[NodeInput]:
     """Nodes (kind Node) with their non-terminated pods (kind Pod) from API objects."""
     nodes: dict[str, dict[str, Any]] = {}
     pods: list[tuple[str, Pod, float | None]] = []
@@ -47,8 +48,10 @@ def nodes_from_items(items: Sequence[Any], *, now: float,
         if kind == "Node":
             status = item.get("status") or {}
             name = str(meta.get("name"))
-            nodes[name] = {"capacity": parse_resource_list(status.get("capacity"), name),
-                           "allocatable": parse_resource_list(status.get("allocatable"), name)}
+            nodes[name] = {
+                "capacity": parse_resource_list(status.get("capacity"), name),
+                "allocatable": parse_resource_list(status.get("allocatable"), name),
+            }
         elif kind == "Pod":
             spec, phase = item.get("spec") or {}, (item.get("status") or {}).get("phase")
             if spec.get("nodeName") and phase not in ("Succeeded", "Failed"):
@@ -63,12 +66,27 @@ def nodes_from_items(items: Sequence[Any], *, now: float,
             recent[node].append(RecentPod(pod, bound))
         else:
             on_node[node].append(pod)
-    return [NodeInput(name, v["capacity"], v["allocatable"] or v["capacity"], None,
-                      tuple(on_node[name]), tuple(recent[name])) for name, v in nodes.items()]
+    return [
+        NodeInput(
+            name,
+            v["capacity"],
+            v["allocatable"] or v["capacity"],
+            None,
+            tuple(on_node[name]),
+            tuple(recent[name]),
+        )
+        for name, v in nodes.items()
+    ]
 
 
-async def fetch_nodes(kubeconfig: str, context: str | None = None, *, now: float,
-                      timeout_s: float = 15.0, recent_s: float = RECENT_S) -> list[NodeInput]:
+async def fetch_nodes(
+    kubeconfig: str,
+    context: str | None = None,
+    *,
+    now: float,
+    timeout_s: float = 15.0,
+    recent_s: float = RECENT_S,
+) -> list[NodeInput]:
     """Nodes and pods from the API server, as :func:`nodes_from_items` reads them.
 
     ``timeout_s`` bounds each request. Raises ValueError (bad input) when the kubeconfig

@@ -56,8 +56,17 @@ from loadwatcher.scoring.koordinator import (
 )
 from loadwatcher.scoring.pods import Pod
 
-__all__ = ["NAME", "Args", "filter_usage", "is_expired", "least_used_score", "loadaware_score",
-           "node_usage", "parse_args", "score_batch"]
+__all__ = [
+    "NAME",
+    "Args",
+    "filter_usage",
+    "is_expired",
+    "least_used_score",
+    "loadaware_score",
+    "node_usage",
+    "parse_args",
+    "score_batch",
+]
 
 REPORT_INTERVAL_S = 60.0
 EXPIRED = "node(s) nodeMetric expired"
@@ -71,8 +80,9 @@ def least_used_score(used: int, capacity: int) -> int:
     return go_idiv((capacity - used) * 100, capacity)
 
 
-def loadaware_score(dominant_weight: int, weights: Pairs, used: Mapping[str, int],
-                    allocatable: Mapping[str, int]) -> int:
+def loadaware_score(
+    dominant_weight: int, weights: Pairs, used: Mapping[str, int], allocatable: Mapping[str, int]
+) -> int:
     """``loadAwareSchedulingScorer``."""
     node_score, dominant, weight_sum = 0, (100 if dominant_weight else 0), dominant_weight
     for name, weight in weights:
@@ -89,8 +99,12 @@ def is_expired(updated_at: float, now: float, expiration_s: int | None) -> bool:
     return expiration_s is not None and expiration_s > 0 and now - updated_at >= expiration_s
 
 
-def filter_usage(thresholds: Pairs, used: Mapping[str, int], allocatable: Mapping[str, int],
-                 aggregated: bool = False) -> str | None:
+def filter_usage(
+    thresholds: Pairs,
+    used: Mapping[str, int],
+    allocatable: Mapping[str, int],
+    aggregated: bool = False,
+) -> str | None:
     """``filterNodeUsage``: the rejection reason, or None to keep the node."""
     for name, threshold in sorted(thresholds):
         total = allocatable.get(name, 0)
@@ -109,8 +123,9 @@ def _rollup_seconds(rollup: str) -> float | None:
         return None
 
 
-def _pick(cluster: Cluster, kind: str, order: list[tuple[str, str]]
-          ) -> tuple[np.ndarray, BoolArray]:
+def _pick(
+    cluster: Cluster, kind: str, order: list[tuple[str, str]]
+) -> tuple[np.ndarray, BoolArray]:
     n = len(cluster)
     value, present = np.zeros(n), np.zeros(n, dtype=np.bool_)
     for operator, rollup in order:
@@ -121,20 +136,25 @@ def _pick(cluster: Cluster, kind: str, order: list[tuple[str, str]]
 
 
 def _ordered(cluster: Cluster, kind: str, operator: str, longest_first: bool) -> list[str]:
-    known = [(s, r) for r in cluster.rollups(kind, operator)
-             if (s := _rollup_seconds(r)) is not None]
+    known = [
+        (s, r) for r in cluster.rollups(kind, operator) if (s := _rollup_seconds(r)) is not None
+    ]
     return [r for _, r in sorted(known, reverse=longest_first)]
 
 
-def node_usage(cluster: Cluster, aggregation: str = "", duration_s: float = 0.0
-               ) -> tuple[dict[str, tuple[np.ndarray, BoolArray]], BoolArray]:
+def node_usage(
+    cluster: Cluster, aggregation: str = "", duration_s: float = 0.0
+) -> tuple[dict[str, tuple[np.ndarray, BoolArray]], BoolArray]:
     """Percent usage per resource and where present; plus where the aggregated usage is nil."""
     usage: dict[str, tuple[np.ndarray, BoolArray]] = {}
     n = len(cluster)
     if not aggregation:
         for name, kind in _KINDS.items():
-            order = [(op, r) for op in ("AVG", "Latest") for r in
-                     [*sorted(_ordered(cluster, kind, op, False), key=lambda r: r != "5m"), ""]]
+            order = [
+                (op, r)
+                for op in ("AVG", "Latest")
+                for r in [*sorted(_ordered(cluster, kind, op, False), key=lambda r: r != "5m"), ""]
+            ]
             usage[name] = _pick(cluster, kind, order)
         return usage, np.zeros(n, dtype=np.bool_)
     op = AGGREGATION_TYPES[aggregation]
@@ -158,27 +178,37 @@ def node_usage(cluster: Cluster, aggregation: str = "", duration_s: float = 0.0
     return usage, ~(usage["cpu"][1] | usage["memory"][1])
 
 
-def _estimated(cluster: Cluster, pod: Pod, args: Args,
-               usage: dict[str, tuple[np.ndarray, BoolArray]], agg_nil: BoolArray
-               ) -> tuple[dict[str, IntArray], BoolArray]:
+def _estimated(
+    cluster: Cluster,
+    pod: Pod,
+    args: Args,
+    usage: dict[str, tuple[np.ndarray, BoolArray]],
+    agg_nil: BoolArray,
+) -> tuple[dict[str, IntArray], BoolArray]:
     n = len(cluster)
     names = sorted({name for name, _ in args.resource_weights} | set(usage))
     est = {name: np.zeros(n, dtype=np.int64) for name in names}
-    for name, value in estimate_pod(pod, args.resource_weights,
-                                    args.estimated_scaling_factors).items():
+    for name, value in estimate_pod(
+        pod, args.resource_weights, args.estimated_scaling_factors
+    ).items():
         est[name] += value
     if len(cluster.recent_pods):
         bound, node = cluster.recent_bound, cluster.recent_node
         updated = cluster.updated_at[node]
-        unreported = (bound > updated) | agg_nil[node] | (
-            (bound < updated) & (updated - bound < REPORT_INTERVAL_S))
+        unreported = (
+            (bound > updated)
+            | agg_nil[node]
+            | ((bound < updated) & (updated - bound < REPORT_INTERVAL_S))
+        )
         weights, factors = args.resource_weights, args.estimated_scaling_factors
         for name, _ in weights:
+
             def one(p: Pod, resource: str = name) -> float:
                 return float(estimate_pod(p, weights, factors)[resource])
 
-            values = cluster.per_recent_pod(("koordinator", weights, factors, name),
-                                            one).astype(np.int64)
+            values = cluster.per_recent_pod(("koordinator", weights, factors, name), one).astype(
+                np.int64
+            )
             np.add.at(est[name], node[unreported], values[unreported])
     finite = np.ones(n, dtype=np.bool_)
     for name, (pct, present) in usage.items():
@@ -218,16 +248,29 @@ def score_batch(cluster: Cluster, pod: Pod, args: Args) -> BatchScores:
         weight_sum += weight
         dominant = np.minimum(dominant, s)
     node_score += dominant * args.dominant_resource_weight
-    scores = go_idiv_np(node_score, np.full_like(node_score, weight_sum)) if weight_sum > 0 \
+    scores = (
+        go_idiv_np(node_score, np.full_like(node_score, weight_sum))
+        if weight_sum > 0
         else np.zeros_like(node_score)
+    )
     live = cluster.has_metrics & ~expired & finite
-    return BatchScores(np.where(live, scores, 0), finite | ~cluster.has_metrics,
-                       _filter(cluster, pod, args, est, usage, expired, agg_nil, finite))
+    return BatchScores(
+        np.where(live, scores, 0),
+        finite | ~cluster.has_metrics,
+        _filter(cluster, pod, args, est, usage, expired, agg_nil, finite),
+    )
 
 
-def _filter(cluster: Cluster, pod: Pod, args: Args, est: dict[str, IntArray],
-            usage: dict[str, tuple[np.ndarray, BoolArray]], expired: BoolArray,
-            agg_nil: BoolArray, finite: BoolArray) -> dict[int, str]:
+def _filter(
+    cluster: Cluster,
+    pod: Pod,
+    args: Args,
+    est: dict[str, IntArray],
+    usage: dict[str, tuple[np.ndarray, BoolArray]],
+    expired: BoolArray,
+    agg_nil: BoolArray,
+    finite: BoolArray,
+) -> dict[int, str]:
     if pod.owner_kind == "DaemonSet":
         return {}
     agg = args.aggregated
@@ -235,8 +278,9 @@ def _filter(cluster: Cluster, pod: Pod, args: Args, est: dict[str, IntArray],
     thresholds = args.usage_thresholds
     if aggregated and agg is not None:
         thresholds = agg.usage_thresholds
-        filter_usage_cols, _ = node_usage(cluster, agg.usage_aggregation_type,
-                                          agg.usage_aggregated_duration_s)
+        filter_usage_cols, _ = node_usage(
+            cluster, agg.usage_aggregation_type, agg.usage_aggregated_duration_s
+        )
         est, finite = _estimated(cluster, pod, args, filter_usage_cols, agg_nil)
     elif agg is not None and agg.score_aggregation_type:  # Score used aggregated usage
         est, finite = _estimated(cluster, pod, args, node_usage(cluster)[0], agg_nil)
@@ -254,6 +298,5 @@ def _filter(cluster: Cluster, pod: Pod, args: Args, est: dict[str, IntArray],
         rows = np.flatnonzero(over & cluster.has_metrics & finite & ~skip).tolist()
         out = {**dict.fromkeys(rows, reason), **out}  # the first resource's reason wins
     if args.filter_expired_node_metrics and not args.enable_schedule_when_node_metrics_expired:
-        out.update(dict.fromkeys(np.flatnonzero(cluster.has_metrics & expired).tolist(),
-                                 EXPIRED))
+        out.update(dict.fromkeys(np.flatnonzero(cluster.has_metrics & expired).tolist(), EXPIRED))
     return out

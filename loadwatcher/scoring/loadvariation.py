@@ -65,8 +65,10 @@ class Args:
 
 def parse_args(raw: Mapping[str, Any]) -> Args:
     """``safeVarianceMargin``, ``safeVarianceSensitivity``."""
-    return Args(arg_float(raw, "safeVarianceMargin", Args.safe_variance_margin, NAME),
-                arg_float(raw, "safeVarianceSensitivity", Args.safe_variance_sensitivity, NAME))
+    return Args(
+        arg_float(raw, "safeVarianceMargin", Args.safe_variance_margin, NAME),
+        arg_float(raw, "safeVarianceSensitivity", Args.safe_variance_sensitivity, NAME),
+    )
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,13 @@ class ResourceStats:
     used_stdev: float
 
 
-def create_resource_stats(metrics: Sequence[Metric], alloc_cpu_milli: int, alloc_mem: int,
-                          pod_request: Resources, resource: str) -> ResourceStats | None:
+def create_resource_stats(
+    metrics: Sequence[Metric],
+    alloc_cpu_milli: int,
+    alloc_mem: int,
+    pod_request: Resources,
+    resource: str,
+) -> ResourceStats | None:
     """Trimaran ``CreateResourceStats``; None when no metric of the type exists."""
     kind = "CPU" if resource == "cpu" else "Memory"
     avg, std, valid = resource_data(metrics, kind)
@@ -107,8 +114,12 @@ def compute_score(rs: ResourceStats, margin: float, sensitivity: float) -> float
     if rs.capacity <= 0:
         return 0.0
     cap = rs.capacity
-    bounded = ResourceStats(cap, go_max(rs.req, 0.0), go_max(go_min(rs.used_avg, cap), 0.0),
-                            go_max(go_min(rs.used_stdev, cap), 0.0))
+    bounded = ResourceStats(
+        cap,
+        go_max(rs.req, 0.0),
+        go_max(go_min(rs.used_avg, cap), 0.0),
+        go_max(go_min(rs.used_stdev, cap), 0.0),
+    )
     mu, sigma = mu_sigma(bounded)
     if sensitivity >= 0:
         sigma = go_pow(sigma, go_fdiv(1.0, sensitivity))
@@ -124,21 +135,35 @@ def combine(cpu: float | None, memory: float | None) -> float:
     return go_max(memory or 0.0, cpu or 0.0)
 
 
-def score(metrics: Sequence[Metric] | None, alloc_cpu_milli: int, alloc_mem: int,
-          pod_request: Resources, args: Args) -> tuple[int, bool]:
+def score(
+    metrics: Sequence[Metric] | None,
+    alloc_cpu_milli: int,
+    alloc_mem: int,
+    pod_request: Resources,
+    args: Args,
+) -> tuple[int, bool]:
     """Score of one node: (score, valid)."""
     if not metrics:
         return 0, True
     parts = []
     for resource in ("cpu", "memory"):
         rs = create_resource_stats(metrics, alloc_cpu_milli, alloc_mem, pod_request, resource)
-        parts.append(None if rs is None else compute_score(
-            rs, args.safe_variance_margin, args.safe_variance_sensitivity))
+        parts.append(
+            None
+            if rs is None
+            else compute_score(rs, args.safe_variance_margin, args.safe_variance_sensitivity)
+        )
     return score_or_min(combine(parts[0], parts[1]))
 
 
-def compute_score_np(cap: FloatArray, req: FloatArray, used_avg: FloatArray,
-                     used_std: FloatArray, margin: float, sensitivity: float) -> FloatArray:
+def compute_score_np(
+    cap: FloatArray,
+    req: FloatArray,
+    used_avg: FloatArray,
+    used_std: FloatArray,
+    margin: float,
+    sensitivity: float,
+) -> FloatArray:
     """Vectorised :func:`compute_score` (identical float operations)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         safe = np.where(cap > 0, cap, 1.0)
@@ -159,13 +184,21 @@ def score_batch(cluster: Cluster, pod_request: Resources, args: Args) -> BatchSc
     parts = {}
     for kind, cap, req in (
         ("CPU", cluster.alloc_cpu.astype(np.float64), float(pod_request.milli_cpu)),
-        ("Memory", cluster.alloc_mem.astype(np.float64) * MEGA_FACTOR,
-         float(pod_request.memory) * MEGA_FACTOR),
+        (
+            "Memory",
+            cluster.alloc_mem.astype(np.float64) * MEGA_FACTOR,
+            float(pod_request.memory) * MEGA_FACTOR,
+        ),
     ):
         d = cluster.data[kind]
-        s = compute_score_np(cap, np.full(len(cluster), req), d.avg * cap / 100,
-                             d.std * cap / 100, args.safe_variance_margin,
-                             args.safe_variance_sensitivity)
+        s = compute_score_np(
+            cap,
+            np.full(len(cluster), req),
+            d.avg * cap / 100,
+            d.std * cap / 100,
+            args.safe_variance_margin,
+            args.safe_variance_sensitivity,
+        )
         parts[kind] = (np.where(d.valid, s, 0.0), d.valid)
     (cpu, cpu_ok), (mem, mem_ok) = parts["CPU"], parts["Memory"]
     total = np.where(cpu_ok & mem_ok, np.minimum(mem, cpu), np.maximum(mem, cpu))

@@ -76,8 +76,10 @@ def parse_args(raw: Mapping[str, Any]) -> Args:
     weights = dict(Args.risk_limit_weights)
     for name, value in (arg_map(raw, "riskLimitWeights", NAME) or {}).items():
         weights[str(name)] = arg_float({"w": value}, "w", 0.5, f"{NAME} riskLimitWeights.{name}")
-    return Args(arg_int(raw, "smoothingWindowSize", Args.smoothing_window_size, NAME),
-                tuple(weights.items()))
+    return Args(
+        arg_int(raw, "smoothingWindowSize", Args.smoothing_window_size, NAME),
+        tuple(weights.items()),
+    )
 
 
 @dataclass(frozen=True)
@@ -91,18 +93,22 @@ class RequestsAndLimits:
     capacity: int
 
 
-def node_requests_and_limits(pods_on_node: Sequence[Pod], pod: Pod, alloc_cpu_milli: int,
-                             alloc_mem: int) -> dict[str, RequestsAndLimits]:
+def node_requests_and_limits(
+    pods_on_node: Sequence[Pod], pod: Pod, alloc_cpu_milli: int, alloc_mem: int
+) -> dict[str, RequestsAndLimits]:
     """Trimaran ``GetNodeRequestsAndLimits`` for cpu and memory."""
     out = {}
     req_p, lim_p = pod.requests_and_limits
     for resource, cap in (("cpu", alloc_cpu_milli), ("memory", alloc_mem)):
+
         def get(r: Resources, res: str = resource) -> int:
             return r.milli_cpu if res == "cpu" else r.memory
+
         reqs = sum(get(p.requests_and_limits[0]) for p in pods_on_node)
         lims = sum(get(p.requests_and_limits[1]) for p in pods_on_node)
-        out[resource] = RequestsAndLimits(min(reqs + get(req_p), cap), lims + get(lim_p),
-                                          min(reqs, cap), lims, cap)
+        out[resource] = RequestsAndLimits(
+            min(reqs + get(req_p), cap), lims + get(lim_p), min(reqs, cap), lims, cap
+        )
     return out
 
 
@@ -121,8 +127,9 @@ def distribution_function(x: float, alpha: float, beta: float) -> float:
     return 0.0 if math.isnan(p) or p < 0 or p > 1 else p
 
 
-def compute_probability(mu: float, sigma: float, threshold: float
-                        ) -> tuple[float, tuple[float, float] | None]:
+def compute_probability(
+    mu: float, sigma: float, threshold: float
+) -> tuple[float, tuple[float, float] | None]:
     """``ComputeProbability``: (P[X ≤ threshold], fitted (α, β) or None)."""
     if mu == 0 or (sigma == 0 and mu <= threshold):
         return 1.0, None
@@ -137,8 +144,9 @@ def compute_probability(mu: float, sigma: float, threshold: float
     return distribution_function(threshold, alpha, beta), (alpha, beta)
 
 
-def compute_risk(metrics: Sequence[Metric], resource: str, nrl: RequestsAndLimits,
-                 args: Args) -> float:
+def compute_risk(
+    metrics: Sequence[Metric], resource: str, nrl: RequestsAndLimits, args: Args
+) -> float:
     """``computeRisk`` for one resource."""
     cap = nrl.capacity
     risk_limit = 0.0
@@ -148,8 +156,9 @@ def compute_risk(metrics: Sequence[Metric], resource: str, nrl: RequestsAndLimit
     avg, std, valid = resource_data(metrics, "CPU" if resource == "cpu" else "Memory")
     if valid:
         c = float(cap) if resource == "cpu" else float(cap) * MEGA_FACTOR
-        mu, sigma = (0.0, 0.0) if c <= 0 else (clamp01((avg * c / 100) / c),
-                                               clamp01((std * c / 100) / c))
+        mu, sigma = (
+            (0.0, 0.0) if c <= 0 else (clamp01((avg * c / 100) / c), clamp01((std * c / 100) / c))
+        )
         sigma *= go_pow(float(args.smoothing_window_size), 0.5)
         sigma = go_min(sigma, math.sqrt(max_variance(mu) * MAX_VARIANCE_ALLOWANCE))
         threshold = go_min(go_max(go_fdiv(float(nrl.request_minus_pod), float(cap)), 0.0), 1.0)
@@ -167,8 +176,14 @@ def compute_risk(metrics: Sequence[Metric], resource: str, nrl: RequestsAndLimit
     return go_min(go_max(w * risk_limit + (1 - w) * risk_load, 0.0), 1.0)
 
 
-def score(metrics: Sequence[Metric] | None, pods_on_node: Sequence[Pod], pod: Pod,
-          alloc_cpu_milli: int, alloc_mem: int, args: Args) -> tuple[int, bool]:
+def score(
+    metrics: Sequence[Metric] | None,
+    pods_on_node: Sequence[Pod],
+    pod: Pod,
+    alloc_cpu_milli: int,
+    alloc_mem: int,
+    args: Args,
+) -> tuple[int, bool]:
     """Score of one node: (score, valid)."""
     req, lim = pod.requests_and_limits
     if req == Resources() and lim == Resources():
@@ -180,8 +195,7 @@ def score(metrics: Sequence[Metric] | None, pods_on_node: Sequence[Pod], pod: Po
     return score_or_min((1 - go_max(*risks)) * 100)
 
 
-def _dist_np(x: FloatArray, alpha: FloatArray, beta: FloatArray,
-             needed: BoolArray) -> FloatArray:
+def _dist_np(x: FloatArray, alpha: FloatArray, beta: FloatArray, needed: BoolArray) -> FloatArray:
     """Vectorised :func:`distribution_function`, evaluated only where ``needed``."""
     with np.errstate(invalid="ignore"):
         ok = needed & ~((alpha <= 0) | (beta <= 0) | (x < 0) | (x > 1))
@@ -198,22 +212,32 @@ def _clip01(v: FloatArray) -> FloatArray:
     return np.maximum(np.minimum(v, 1.0), 0.0)
 
 
-def _risk_np(cluster: Cluster, resource: str, pod_req: int, pod_lim: int,
-             args: Args) -> FloatArray:
+def _risk_np(cluster: Cluster, resource: str, pod_req: int, pod_lim: int, args: Args) -> FloatArray:
     if resource == "cpu":
-        cap, reqs, lims, kind = (cluster.alloc_cpu, cluster.pods_req_cpu,
-                                 cluster.pods_lim_cpu, "CPU")
+        cap, reqs, lims, kind = (
+            cluster.alloc_cpu,
+            cluster.pods_req_cpu,
+            cluster.pods_lim_cpu,
+            "CPU",
+        )
         c = cap.astype(np.float64)
     else:
-        cap, reqs, lims, kind = (cluster.alloc_mem, cluster.pods_req_mem,
-                                 cluster.pods_lim_mem, "Memory")
+        cap, reqs, lims, kind = (
+            cluster.alloc_mem,
+            cluster.pods_req_mem,
+            cluster.pods_lim_mem,
+            "Memory",
+        )
         c = cap.astype(np.float64) * MEGA_FACTOR
     request, limit = np.minimum(reqs + pod_req, cap), lims + pod_lim
     req_mp, lim_mp = np.minimum(reqs, cap), lims
     d = cluster.data[kind]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        risk_limit = np.where(limit > cap, (limit - cap).astype(np.float64)
-                              / (limit - request).astype(np.float64), 0.0)
+        risk_limit = np.where(
+            limit > cap,
+            (limit - cap).astype(np.float64) / (limit - request).astype(np.float64),
+            0.0,
+        )
         safe = np.where(c > 0, c, 1.0)
         mu = np.where(c > 0, _clip01((d.avg * c / 100) / safe), 0.0)
         sigma = np.where(c > 0, _clip01((d.std * c / 100) / safe), 0.0)
@@ -229,20 +253,24 @@ def _risk_np(cluster: Cluster, resource: str, pod_req: int, pod_lim: int,
         # divisor, and P[X <= lthr] is p when lthr is the first threshold (limits equal to
         # requests): evaluate the second incomplete beta only where it is something new.
         same = lthr == threshold
-        lprob = _dist_np(lthr, alpha, beta,
-                         cond & fitted & (lthr != 0) & (prob > 0) & (prob < 1) & ~same)
+        lprob = _dist_np(
+            lthr, alpha, beta, cond & fitted & (lthr != 0) & (prob > 0) & (prob < 1) & ~same
+        )
         lprob = np.where(same & fitted, prob, lprob)
         divided = np.minimum(np.maximum(prob / np.where(lprob > 0, lprob, 1.0), 0.0), 1.0)
-        prob = np.where(cond & (lthr == 0), 1.0,
-                        np.where(cond & fitted & (lprob > 0) & (prob > 0) & (prob < 1),
-                                 divided, prob))
+        prob = np.where(
+            cond & (lthr == 0),
+            1.0,
+            np.where(cond & fitted & (lprob > 0) & (prob > 0) & (prob < 1), divided, prob),
+        )
         risk_load = np.where(d.valid, 1 - prob, 0.0)
         w = args.weight(resource)
         return np.minimum(np.maximum(w * risk_limit + (1 - w) * risk_load, 0.0), 1.0)
 
 
-def _probability_np(mu: FloatArray, sigma: FloatArray, threshold: FloatArray
-                    ) -> tuple[FloatArray, FloatArray, FloatArray, BoolArray]:
+def _probability_np(
+    mu: FloatArray, sigma: FloatArray, threshold: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray, BoolArray]:
     one = (mu == 0) | ((sigma == 0) & (mu <= threshold))
     zero = ~one & (sigma == 0) & (mu > threshold)
     m1, m2 = mu, (sigma * sigma) + (mu * mu)

@@ -21,8 +21,14 @@ from loadwatcher.client import Metric, NodeMetrics, parse_metric, tag_last_sampl
 from loadwatcher.quantity import Quantity
 from loadwatcher.scoring.pods import Pod, parse_pod, parse_resource_list
 
-__all__ = ["NodeInput", "RecentPod", "merge_snapshot", "node_from_metadata", "parse_node",
-           "parse_nodes"]
+__all__ = [
+    "NodeInput",
+    "RecentPod",
+    "merge_snapshot",
+    "node_from_metadata",
+    "parse_node",
+    "parse_nodes",
+]
 
 
 @dataclass(frozen=True)
@@ -107,17 +113,21 @@ def parse_node(raw: Any, where: str, *, now: float, default_rollup: str = "") ->
     if not isinstance(pods, list) or not isinstance(recent, list):
         raise ValueError(f"{where}: pods and recentPods must be lists")
     return NodeInput(
-        name, {**allocatable, **capacity}, {**capacity, **allocatable}, metrics,
+        name,
+        {**allocatable, **capacity},
+        {**capacity, **allocatable},
+        metrics,
         tuple(parse_pod(p, f"{where}.pods[{i}]") for i, p in enumerate(pods)),
         tuple(_recent(p, f"{where}.recentPods[{i}]", now) for i, p in enumerate(recent)),
-        dict(tags))
+        dict(tags),
+    )
 
 
 def parse_nodes(doc: Any, *, now: float) -> list[NodeInput]:
     """A ``--nodes`` file: a list of nodes, or ``{"nodes": [...]}``."""
     items = doc.get("nodes") if isinstance(doc, Mapping) else doc
     if not isinstance(items, list):
-        raise ValueError("nodes file: expected a list of nodes or {\"nodes\": [...]}")
+        raise ValueError('nodes file: expected a list of nodes or {"nodes": [...]}')
     nodes = [parse_node(n, f"nodes[{i}]", now=now) for i, n in enumerate(items)]
     seen: set[str] = set()
     for n in nodes:
@@ -129,20 +139,30 @@ def parse_nodes(doc: Any, *, now: float) -> list[NodeInput]:
 
 def node_from_metadata(metrics: NodeMetrics) -> NodeInput | None:
     """A node whose capacity the watcher's ``metadata`` gives; None when it does not."""
+
     def pick(prefix: str) -> dict[str, Any]:
-        return {r: metrics.metadata[f"{prefix}.{r}"] for r in ("cpu", "memory")
-                if isinstance(metrics.metadata.get(f"{prefix}.{r}"), str | int | float)}
+        return {
+            r: metrics.metadata[f"{prefix}.{r}"]
+            for r in ("cpu", "memory")
+            if isinstance(metrics.metadata.get(f"{prefix}.{r}"), str | int | float)
+        }
 
     capacity = parse_resource_list(pick("capacity"), f"{metrics.name}.metadata.capacity")
     allocatable = parse_resource_list(pick("allocatable"), f"{metrics.name}.metadata.allocatable")
     if not capacity and not allocatable:
         return None
-    return NodeInput(metrics.name, {**allocatable, **capacity}, {**capacity, **allocatable},
-                     metrics.metrics or None, tags=dict(metrics.tags))
+    return NodeInput(
+        metrics.name,
+        {**allocatable, **capacity},
+        {**capacity, **allocatable},
+        metrics.metrics or None,
+        tags=dict(metrics.tags),
+    )
 
 
-def merge_snapshot(nodes: Iterable[NodeInput] | None,
-                   snapshot_nodes: Mapping[str, NodeMetrics]) -> tuple[list[NodeInput], list[str]]:
+def merge_snapshot(
+    nodes: Iterable[NodeInput] | None, snapshot_nodes: Mapping[str, NodeMetrics]
+) -> tuple[list[NodeInput], list[str]]:
     """Attach watcher metrics to known nodes; add watcher-only nodes that carry capacities.
 
     Returns the candidates and the names of watcher nodes skipped for lack of capacity.
@@ -158,8 +178,15 @@ def merge_snapshot(nodes: Iterable[NodeInput] | None,
         meta = node_from_metadata(m)
         capacity = node.capacity or (meta.capacity if meta else {})
         allocatable = node.allocatable or (meta.allocatable if meta else {}) or capacity
-        out.append(replace(node, capacity=capacity, allocatable=allocatable,
-                           metrics=m.metrics or None, tags={**m.tags, **node.tags}))
+        out.append(
+            replace(
+                node,
+                capacity=capacity,
+                allocatable=allocatable,
+                metrics=m.metrics or None,
+                tags={**m.tags, **node.tags},
+            )
+        )
     skipped = []
     for name, m in snapshot_nodes.items():
         if name in known:

@@ -30,15 +30,24 @@ from loadwatcher.scoring.pods import Pod, Resources
 __all__ = ["PLUGINS", "PluginResult", "canonical_name", "parse_plugin_args", "run_plugins"]
 
 PLUGINS: tuple[str, ...] = (
-    targetloadpacking.NAME, loadvariation.NAME, lowriskovercommit.NAME, loadaware.NAME,
+    targetloadpacking.NAME,
+    loadvariation.NAME,
+    lowriskovercommit.NAME,
+    loadaware.NAME,
     allocatable.NAME,
 )
-SHORT = {targetloadpacking.NAME: "TLP", loadvariation.NAME: "LVRB",
-         lowriskovercommit.NAME: "LROC", loadaware.NAME: "LoadAware", allocatable.NAME: "Alloc"}
+SHORT = {
+    targetloadpacking.NAME: "TLP",
+    loadvariation.NAME: "LVRB",
+    lowriskovercommit.NAME: "LROC",
+    loadaware.NAME: "LoadAware",
+    allocatable.NAME: "Alloc",
+}
 _ALIASES = {
     **{name.lower(): name for name in PLUGINS},
     **{short.lower(): name for name, short in SHORT.items()},
-    "loadaware": loadaware.NAME, "allocatable": allocatable.NAME,
+    "loadaware": loadaware.NAME,
+    "allocatable": allocatable.NAME,
 }
 _PARSERS = {
     targetloadpacking.NAME: targetloadpacking.parse_args,
@@ -54,8 +63,10 @@ def canonical_name(name: str) -> str:
     try:
         return _ALIASES[name.lower()]
     except KeyError:
-        raise ValueError(f"unknown plugin {name!r}; expected one of {', '.join(PLUGINS)} "
-                         "(or TLP, LVRB, LROC, LoadAware, Allocatable)") from None
+        raise ValueError(
+            f"unknown plugin {name!r}; expected one of {', '.join(PLUGINS)} "
+            "(or TLP, LVRB, LROC, LoadAware, Allocatable)"
+        ) from None
 
 
 def parse_plugin_args(name: str, raw: Any) -> Any:
@@ -99,8 +110,9 @@ def _best_effort(pod: Pod) -> bool:
     return req == Resources() and lim == Resources()
 
 
-def run_plugins(cluster: Cluster, pod: Pod, plugin_args: Mapping[str, Any], *,
-                fallback_enabled: bool = False) -> list[PluginResult]:
+def run_plugins(
+    cluster: Cluster, pod: Pod, plugin_args: Mapping[str, Any], *, fallback_enabled: bool = False
+) -> list[PluginResult]:
     """Run each plugin named in ``plugin_args`` (typed args) in a shared profile."""
     names = list(plugin_args)
     keep = np.ones(len(cluster), dtype=np.bool_)
@@ -116,18 +128,25 @@ def run_plugins(cluster: Cluster, pod: Pod, plugin_args: Mapping[str, Any], *,
         batch = batches.get(name) or _score(name, cluster, pod, plugin_args[name], keep)
         scores, valid = batch.scores.copy(), batch.valid.copy()
         used_fallback = np.zeros(len(cluster), dtype=np.bool_)
-        if (stale is not None and alloc_scores is not None and name in fallback.APPLIES_TO
-                and not (name == lowriskovercommit.NAME and _best_effort(pod))):
+        if (
+            stale is not None
+            and alloc_scores is not None
+            and name in fallback.APPLIES_TO
+            and not (name == lowriskovercommit.NAME and _best_effort(pod))
+        ):
             used_fallback = stale
             scores = np.where(stale, alloc_scores.scores, scores)
             valid |= stale
         node_names = cluster.names
-        results.append(PluginResult(
-            name,
-            dict(zip(node_names, scores.tolist(), strict=True)),
-            {node_names[i]: reason for i, reason in sorted(batch.filtered.items())},
-            frozenset(node_names[i] for i in np.flatnonzero(used_fallback)),
-            frozenset(node_names[i] for i in np.flatnonzero(~valid))))
+        results.append(
+            PluginResult(
+                name,
+                dict(zip(node_names, scores.tolist(), strict=True)),
+                {node_names[i]: reason for i, reason in sorted(batch.filtered.items())},
+                frozenset(node_names[i] for i in np.flatnonzero(used_fallback)),
+                frozenset(node_names[i] for i in np.flatnonzero(~valid)),
+            )
+        )
     return results
 
 
@@ -136,6 +155,7 @@ def rank(results: Sequence[PluginResult], names: Sequence[str]) -> list[tuple[st
     totals: list[tuple[str, int | None]] = []
     filtered = {n for r in results for n in r.filtered}
     for node in names:
-        totals.append((node, None if node in filtered else
-                       sum(r.scores.get(node, 0) for r in results)))
+        totals.append(
+            (node, None if node in filtered else sum(r.scores.get(node, 0) for r in results))
+        )
     return sorted(totals, key=lambda t: (t[1] is None, -(t[1] or 0), t[0]))

@@ -27,8 +27,14 @@ from loadwatcher.scoring.gomath import go_round, to_int64
 __all__ = ["Container", "Pod", "Resources", "parse_pod", "parse_resource_list"]
 
 ResourceList = Mapping[str, Quantity]
-_WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job",
-              "ReplicationController"}
+_WORKLOADS = {
+    "Deployment",
+    "StatefulSet",
+    "DaemonSet",
+    "ReplicaSet",
+    "Job",
+    "ReplicationController",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,15 +75,19 @@ def _container(raw: Any, where: str) -> Container:
     res = {} if res is None else res
     if not isinstance(res, Mapping):
         raise ValueError(f"{where}.resources: expected a mapping")
-    return Container(parse_resource_list(res.get("requests"), f"{where}.resources.requests"),
-                     parse_resource_list(res.get("limits"), f"{where}.resources.limits"))
+    return Container(
+        parse_resource_list(res.get("requests"), f"{where}.resources.requests"),
+        parse_resource_list(res.get("limits"), f"{where}.resources.limits"),
+    )
 
 
 def _add(total: Resources, rl: ResourceList) -> Resources:
     """Go ``Resource.Add(ResourceList)`` restricted to cpu and memory."""
     cpu, mem = rl.get("cpu"), rl.get("memory")
-    return Resources(total.milli_cpu + (cpu.milli_value() if cpu else 0),
-                     total.memory + (mem.value() if mem else 0))
+    return Resources(
+        total.milli_cpu + (cpu.milli_value() if cpu else 0),
+        total.memory + (mem.value() if mem else 0),
+    )
 
 
 @dataclass(frozen=True)
@@ -99,8 +109,10 @@ class Pod:
         for c in self.init_containers:
             rl = c.limits if limits else c.requests
             cpu, mem = rl.get("cpu"), rl.get("memory")
-            total = Resources(max(total.milli_cpu, cpu.milli_value() if cpu else 0),
-                              max(total.memory, mem.value() if mem else 0))
+            total = Resources(
+                max(total.milli_cpu, cpu.milli_value() if cpu else 0),
+                max(total.memory, mem.value() if mem else 0),
+            )
         return _add(total, self.overhead) if self.overhead else total
 
     @cached_property
@@ -205,6 +217,11 @@ def parse_pod(raw: Any, where: str = "pod") -> Pod:
     owner_kind = raw.get("ownerKind", owner)
     if owner_kind is not None and not isinstance(owner_kind, str):
         raise ValueError(f"{where}.ownerKind: expected a string")
-    return Pod(name, lists[0], lists[1],
-               parse_resource_list(spec.get("overhead"), f"{where}.overhead"),
-               priority, owner_kind)
+    return Pod(
+        name,
+        lists[0],
+        lists[1],
+        parse_resource_list(spec.get("overhead"), f"{where}.overhead"),
+        priority,
+        owner_kind,
+    )

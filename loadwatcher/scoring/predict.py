@@ -31,8 +31,14 @@ from loadwatcher.quantity import Quantity
 from loadwatcher.scoring.nodes import NodeInput
 from loadwatcher.scoring.pods import Pod
 
-__all__ = ["PredictOptions", "Prediction", "predict", "priority_class", "reclaimable",
-           "sample_peaks"]
+__all__ = [
+    "PredictOptions",
+    "Prediction",
+    "predict",
+    "priority_class",
+    "reclaimable",
+    "sample_peaks",
+]
 
 _WINDOW_ORDER = {"15m": 3, "10m": 2, "5m": 1}
 _KINDS = (("cpu", "CPU"), ("memory", "Memory"))
@@ -76,22 +82,26 @@ def priority_class(priority: int | None) -> str:
     return "prod"
 
 
-def reclaimable(allocated: float, peak: float, allocatable: float, reclaim_ratio: float,
-                threshold_ratio: float) -> float:
+def reclaimable(
+    allocated: float, peak: float, allocatable: float, reclaim_ratio: float, threshold_ratio: float
+) -> float:
     """``min(max(0, reclaimRatio × allocated − peak), allocatable × thresholdRatio)``."""
     return min(max(0.0, reclaim_ratio * allocated - peak), allocatable * threshold_ratio)
 
 
-def sample_peaks(values: Sequence[float], n_sigma: float, quantile: float,
-                 margin_percent: float = 0.0) -> tuple[float, float]:
+def sample_peaks(
+    values: Sequence[float], n_sigma: float, quantile: float, margin_percent: float = 0.0
+) -> tuple[float, float]:
     """(N-sigma peak, quantile peak) of raw samples, each times (1 + margin/100)."""
     arr = np.asarray(values, dtype=np.float64)
     arr = arr[np.isfinite(arr)]
     if arr.size == 0:
         raise ValueError("no finite samples")
     grow = 1 + margin_percent / 100
-    return ((float(arr.mean()) + n_sigma * float(arr.std())) * grow,
-            float(np.quantile(arr, quantile)) * grow)
+    return (
+        (float(arr.mean()) + n_sigma * float(arr.std())) * grow,
+        float(np.quantile(arr, quantile)) * grow,
+    )
 
 
 def _pick_window(metrics: Sequence[Metric], wanted: str | None) -> str | None:
@@ -134,13 +144,22 @@ def predict(nodes: Sequence[NodeInput], options: PredictOptions) -> list[Predict
             mean = _value(metrics, kind, "AVG", rollup)
             std = _value(metrics, kind, "STD", rollup)
             pct = _value(metrics, kind, options.percentile, rollup)
-            nsigma = None if mean is None else \
-                (mean + options.n_sigma * (std or 0.0)) / 100 * cap * grow
+            nsigma = (
+                None if mean is None else (mean + options.n_sigma * (std or 0.0)) / 100 * cap * grow
+            )
             pctl = None if pct is None else pct / 100 * cap * grow
             peaks = [p for p in (nsigma, pctl) if p is not None]
             peak = max(peaks) if peaks else None
-            recl = None if peak is None else reclaimable(
-                prod[i], peak, alloc, options.reclaim_ratio, options.threshold_ratio)
-            out.append(Prediction(node.name, resource, cap, alloc, mean, std, nsigma, pctl,
-                                  peak, prod[i], recl))
+            recl = (
+                None
+                if peak is None
+                else reclaimable(
+                    prod[i], peak, alloc, options.reclaim_ratio, options.threshold_ratio
+                )
+            )
+            out.append(
+                Prediction(
+                    node.name, resource, cap, alloc, mean, std, nsigma, pctl, peak, prod[i], recl
+                )
+            )
     return out

@@ -64,8 +64,9 @@ def parse_args(raw: Mapping[str, Any]) -> Args:
         except ValueError as exc:
             raise ValueError(f"{NAME} args.defaultRequests.cpu: {exc}") from None
     multiplier = arg_float(raw, "defaultRequestsMultiplier", Args.requests_multiplier, NAME)
-    return Args(arg_int(raw, "targetUtilization", Args.target_utilization, NAME),
-                default_milli, multiplier)
+    return Args(
+        arg_int(raw, "targetUtilization", Args.target_utilization, NAME), default_milli, multiplier
+    )
 
 
 def counts_as_missing(bound_at: float, window_end: float) -> bool:
@@ -76,8 +77,11 @@ def counts_as_missing(bound_at: float, window_end: float) -> bool:
 
 def missing_milli(recent: Iterable[RecentPod], window_end: float, args: Args) -> int:
     """Predicted CPU (millicores) of recently bound pods the metrics do not show yet."""
-    return sum(r.pod.tlp_predicted_milli(args.default_requests_milli, args.requests_multiplier)
-               for r in recent if counts_as_missing(r.bound_at, window_end))
+    return sum(
+        r.pod.tlp_predicted_milli(args.default_requests_milli, args.requests_multiplier)
+        for r in recent
+        if counts_as_missing(r.bound_at, window_end)
+    )
 
 
 def predicted_usage(util_percent: float, cap_milli: int, pod_milli: int, missing: int) -> float:
@@ -98,29 +102,35 @@ def score_usage(predicted: float, target: int) -> tuple[int, bool]:
     return score_or_min(go_fdiv((100 - x) * predicted, x) + x)
 
 
-def score(util_percent: float | None, cap_milli: int, pod_milli: int, missing: int,
-          args: Args) -> int:
+def score(
+    util_percent: float | None, cap_milli: int, pod_milli: int, missing: int, args: Args
+) -> int:
     """Score of one node; ``util_percent`` None means no CPU AVG/Latest metric."""
     if util_percent is None:
         return 0
-    return score_usage(predicted_usage(util_percent, cap_milli, pod_milli, missing),
-                       args.target_utilization)[0]
+    return score_usage(
+        predicted_usage(util_percent, cap_milli, pod_milli, missing), args.target_utilization
+    )[0]
 
 
 def score_batch(cluster: Cluster, pod: Pod, args: Args) -> BatchScores:
     """Score every node of ``cluster`` for ``pod``."""
     n = len(cluster)
     cap = cluster.cap_cpu.astype(np.float64)
-    pod_milli = float(pod.tlp_predicted_milli(args.default_requests_milli,
-                                              args.requests_multiplier))
+    pod_milli = float(
+        pod.tlp_predicted_milli(args.default_requests_milli, args.requests_multiplier)
+    )
     missing: FloatArray = np.zeros(n)
     if len(cluster.recent_pods):
         t, end = np.floor(cluster.recent_bound), math.floor(cluster.window_end)
         counts = (t > end) | ((end - t) < REPORTING_INTERVAL_S)
-        predicted = cluster.per_recent_pod(("tlp", args), lambda p: p.tlp_predicted_milli(
-            args.default_requests_milli, args.requests_multiplier))
-        missing = np.bincount(cluster.recent_node[counts], weights=predicted[counts],
-                              minlength=n).astype(np.float64)  # integer sums: exact
+        predicted = cluster.per_recent_pod(
+            ("tlp", args),
+            lambda p: p.tlp_predicted_milli(args.default_requests_milli, args.requests_multiplier),
+        )
+        missing = np.bincount(
+            cluster.recent_node[counts], weights=predicted[counts], minlength=n
+        ).astype(np.float64)  # integer sums: exact
     x = float(args.target_utilization)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         util_milli = (cluster.tlp_cpu / 100) * cap
@@ -133,4 +143,3 @@ def score_batch(cluster: Cluster, pod: Pod, args: Args) -> BatchScores:
     found = cluster.tlp_found & cluster.has_metrics
     scores = np.where(found, scores, 0)
     return BatchScores(scores, valid | ~found)
-

@@ -8,7 +8,7 @@ stopped by PID (``Server.stop``); an ``atexit`` hook SIGKILLs any a crashed test
 Only the standard library (and ``pytest``, for ``require_binary``) is used; this module must not
 import ``loadwatcher``.
 
-Observed boundary semantics (verified in ``tests/test_backends.py``):
+Observed boundary semantics (verified in ``tests/integration/test_backends.py``):
 
 * Prometheus 2.42: a range selector ``m[15m]`` evaluated at ``t`` selects samples with
   ``t - 15m <= ts <= t``: both edges are included (Prometheus 3.0 made the left edge open).
@@ -94,9 +94,12 @@ def require_binary(name: str) -> str:
     folders that Debian packages such as nginx use and a non-root ``PATH`` may lack.
     """
     venv_bin = Path(sys.executable).parent
-    path = shutil.which(name, path=os.pathsep.join(
-        [str(venv_bin), os.environ.get("PATH", os.defpath), "/usr/sbin", "/sbin"]
-    ))
+    path = shutil.which(
+        name,
+        path=os.pathsep.join(
+            [str(venv_bin), os.environ.get("PATH", os.defpath), "/usr/sbin", "/sbin"]
+        ),
+    )
     if path is not None:
         return path
     if name in PYPI_PACKAGES:

@@ -64,4 +64,3 @@ def format_1(snap: Snapshot) -> bytes:
 def published_1(snapshot_blob: bytes) -> bytes:
     """``b"LWP1" | u32 len(snapshot) | u32 len(etag) | snapshot | etag | gzip body``."""
     return struct.pack("<4sII", b"LWP1", len(snapshot_blob), 4) + snapshot_blob + b'"x"x' + b"gz"
-

@@ -105,7 +105,6 @@ def test_empty_window_and_a_subset_of_series() -> None:
     assert_same_bytes(some, only="b")
 
 
-
 def test_nodes_whose_first_resource_differs_and_metadata_on_every_node() -> None:
     """Each node's opening carries the prefix of its own first resource; metadata merges
     ``dataCenter`` first, an explicit one overriding it, an empty one giving the default."""

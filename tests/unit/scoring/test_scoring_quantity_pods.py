@@ -82,8 +82,14 @@ def test_garbage_is_a_clear_value_error(bad: object) -> None:
 
 @given(st.integers(-(10**12), 10**12), st.sampled_from(["", "m", "k", "Mi", "Gi", "e2"]))
 def test_integer_with_suffix_is_exact(n: int, suffix: str) -> None:
-    scale = {"": Fraction(1), "m": Fraction(1, 1000), "k": Fraction(1000),
-             "Mi": Fraction(2**20), "Gi": Fraction(2**30), "e2": Fraction(100)}
+    scale = {
+        "": Fraction(1),
+        "m": Fraction(1, 1000),
+        "k": Fraction(1000),
+        "Mi": Fraction(2**20),
+        "Gi": Fraction(2**30),
+        "e2": Fraction(100),
+    }
     assert parse_quantity(f"{n}{suffix}").exact == n * scale[suffix]
 
 

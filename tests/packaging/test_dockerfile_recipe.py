@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 from backends import free_port, require_binary, unavailable
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 VENV = "/opt/loadwatcher"
 INSTALL_TIMEOUT_S = 900

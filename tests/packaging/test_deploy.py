@@ -38,7 +38,7 @@ from service import settings
 from loadwatcher import __version__, app, cli, config
 from loadwatcher.http import api
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 DASHBOARD = ROOT / "dashboards" / "loadwatcher.json"
 OVERLAYS = {"prometheus": "prometheus", "metrics-server": "metrics-server", "influxdb": "influxdb"}

@@ -33,6 +33,7 @@ mid = np.ones(3 << 20, np.uint8)
 print("mmapped" if libc.mallinfo2().hblkhd - before >= 3 << 20 else "heap")
 """
 
+
 @pytest.fixture
 def glibc() -> None:
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":

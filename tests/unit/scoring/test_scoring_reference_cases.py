@@ -1,4 +1,4 @@
-"""Every upstream case of tests/scoring/reference/scoring-cases.json through ``score --case``.
+"""Every upstream case of tests/unit/scoring/reference/scoring-cases.json through ``score --case``.
 
 Each case runs three ways: the pure runner, the CLI entry point called as a function, and
 ``python -m loadwatcher.scoring score --case FILE`` in a subprocess.

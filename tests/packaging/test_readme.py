@@ -12,11 +12,15 @@ import pytest
 
 from loadwatcher.config import markdown_table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 # Documents whose commands a user runs from a clone.
-DOCS = ("README.md", "docs/scheduler.md", "docs/providers-influxdb-metrics-server.md",
-        "deploy/README.md")
+DOCS = (
+    "README.md",
+    "docs/scheduler.md",
+    "docs/providers-influxdb-metrics-server.md",
+    "deploy/README.md",
+)
 # The commands of this repository: the service's own and the benchmark harness.
 PROGRAMS = (
     "scripts/loadwatcher",
@@ -80,8 +84,12 @@ COMMANDS = _documented_commands()
 
 def test_the_documents_show_the_commands_this_test_checks() -> None:
     commands = {c for _, c in COMMANDS}
-    for expected in ("scripts/loadwatcher score", "scripts/loadwatcher predict",
-                     "scripts/loadwatcher config check", "scripts/serve"):
+    for expected in (
+        "scripts/loadwatcher score",
+        "scripts/loadwatcher predict",
+        "scripts/loadwatcher config check",
+        "scripts/serve",
+    ):
         assert any(c.startswith(expected) for c in commands), expected
 
 
@@ -102,8 +110,7 @@ def test_documented_command_answers_help_as_spelled(doc: str, command: str) -> N
         argv = ["bash", "-n", "scripts/test"]  # running it is the whole suite: check it parses
     else:
         argv = [*words[:program], *sub, "--help"]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          check=False)
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, f"{doc}: {' '.join(argv)}\n{done.stdout}{done.stderr}"
     if words[0] == "scripts/test":
         return

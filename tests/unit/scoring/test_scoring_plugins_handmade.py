@@ -216,8 +216,7 @@ def test_lroc_zero_capacity_best_effort_and_nan() -> None:
 # --- LoadAware ---------------------------------------------------------------------------
 
 
-def la(nodes: list[NodeInput], p: Pod = EMPTY, now: float = 1000.0,
-       **args: Any) -> BatchScores:
+def la(nodes: list[NodeInput], p: Pod = EMPTY, now: float = 1000.0, **args: Any) -> BatchScores:
     return loadaware.score_batch(cluster(*nodes, now=now), p, loadaware.parse_args(args))
 
 
@@ -362,8 +361,14 @@ def test_batch_scores_are_int64_arrays() -> None:
 
 def test_loadaware_filter_uses_reported_usage_when_only_scoring_aggregates() -> None:
     # 5m AVG 10 % + 250 m -> 13 % <= 65: kept, although the 15m P95 (90 %) drives the score
-    n = node(cpu="10", memory="10Gi", metric_list=(
-        *metrics(("CPU", "AVG", 10), rollup="5m"), *metrics(("CPU", "P95", 90), rollup="15m")))
+    n = node(
+        cpu="10",
+        memory="10Gi",
+        metric_list=(
+            *metrics(("CPU", "AVG", 10), rollup="5m"),
+            *metrics(("CPU", "P95", 90), rollup="15m"),
+        ),
+    )
     b = la([n], aggregated={"scoreAggregationType": "p95"})
     assert b.filtered == {}
     # (10000 - 9000 - 250) × 100 / 10000 = 7; memory 98: (7 + 98) / 2 = 52

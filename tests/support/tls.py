@@ -63,21 +63,33 @@ def make_pki(directory: Path) -> Pki:
         )
         .sign(ca_key, hashes.SHA256())
     )
-    pki = Pki(directory / "ca.pem", directory / "server.pem", directory / "server.key",
-              directory / "client.pem", directory / "client.key")
+    pki = Pki(
+        directory / "ca.pem",
+        directory / "server.pem",
+        directory / "server.key",
+        directory / "client.pem",
+        directory / "client.key",
+    )
     pki.ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     sans = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
     server = x509.oid.ExtendedKeyUsageOID.SERVER_AUTH
     _issue(ca, ca_key, "127.0.0.1", server, sans, pki.cert_file, pki.key_file)
     client = x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH
-    _issue(ca, ca_key, "loadwatcher test client", client, [], pki.client_cert_file,
-           pki.client_key_file)
+    _issue(
+        ca, ca_key, "loadwatcher test client", client, [], pki.client_cert_file, pki.client_key_file
+    )
     return pki
 
 
-def _issue(ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, common: str,
-           usage: x509.ObjectIdentifier, sans: list[x509.GeneralName], cert_file: Path,
-           key_file: Path) -> None:
+def _issue(
+    ca: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    common: str,
+    usage: x509.ObjectIdentifier,
+    sans: list[x509.GeneralName],
+    cert_file: Path,
+    key_file: Path,
+) -> None:
     """Write a certificate (and its key) for ``usage`` signed by the CA."""
     now = dt.datetime.now(dt.UTC)
     key = ec.generate_private_key(ec.SECP256R1())

@@ -33,32 +33,48 @@ from loadwatcher.scoring.predict import (
 
 NOW = 1_700_000_000.0
 EXEC_API = "client.authentication.k8s.io/v1beta1"  # kubeconfig exec plugins' credential API
-NODE = {"metadata": {"name": "n1"}, "status": {
-    "capacity": {"cpu": "8", "memory": "32Gi"}, "allocatable": {"cpu": "7500m",
-                                                               "memory": "30Gi"}}}
+NODE = {
+    "metadata": {"name": "n1"},
+    "status": {
+        "capacity": {"cpu": "8", "memory": "32Gi"},
+        "allocatable": {"cpu": "7500m", "memory": "30Gi"},
+    },
+}
 
 
-def pod_item(name: str, node_name: str, scheduled: str | None, phase: str = "Running",
-             cpu: str = "1") -> dict[str, Any]:
-    conditions = [] if scheduled is None else [
-        {"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}]
-    return {"metadata": {"name": name, "namespace": "default"},
-            "spec": {"nodeName": node_name, "priority": 0, "containers": [
-                {"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
-            "status": {"phase": phase, "conditions": conditions}}
+def pod_item(
+    name: str, node_name: str, scheduled: str | None, phase: str = "Running", cpu: str = "1"
+) -> dict[str, Any]:
+    conditions = (
+        []
+        if scheduled is None
+        else [{"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}]
+    )
+    return {
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": node_name,
+            "priority": 0,
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}],
+        },
+        "status": {"phase": phase, "conditions": conditions},
+    }
 
 
 def iso(ts: float) -> str:
     from datetime import UTC, datetime
+
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def test_nodes_from_items_splits_recent_pods() -> None:
-    items = [{"kind": "Node", **NODE},
-             {"kind": "Pod", **pod_item("old", "n1", iso(NOW - 3600))},
-             {"kind": "Pod", **pod_item("new", "n1", iso(NOW - 30))},
-             {"kind": "Pod", **pod_item("done", "n1", iso(NOW - 30), phase="Succeeded")},
-             {"kind": "Pod", **pod_item("elsewhere", "n2", iso(NOW - 30))}]
+    items = [
+        {"kind": "Node", **NODE},
+        {"kind": "Pod", **pod_item("old", "n1", iso(NOW - 3600))},
+        {"kind": "Pod", **pod_item("new", "n1", iso(NOW - 30))},
+        {"kind": "Pod", **pod_item("done", "n1", iso(NOW - 30), phase="Succeeded")},
+        {"kind": "Pod", **pod_item("elsewhere", "n2", iso(NOW - 30))},
+    ]
     (n,) = kube.nodes_from_items(items, now=NOW)
     assert n.allocatable["cpu"].milli_value() == 7500 and n.metrics is None
     assert [p.name for p in n.pods] == ["old"]
@@ -79,8 +95,9 @@ def api() -> Callable[..., Any]:
         async def pods(request: web.Request) -> web.Response:
             assert request.query["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed"
             if "continue" not in request.query:  # two pages
-                return web.json_response({"items": [pod_item("a", "n1", iso(NOW - 10))],
-                                          "metadata": {"continue": "tok"}})
+                return web.json_response(
+                    {"items": [pod_item("a", "n1", iso(NOW - 10))], "metadata": {"continue": "tok"}}
+                )
             return web.json_response({"items": [pod_item("b", "n1", None)], "metadata": {}})
 
         app = web.Application()
@@ -92,15 +109,21 @@ def api() -> Callable[..., Any]:
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         return runner, f"{'https' if tls else 'http'}://127.0.0.1:{port}", seen
+
     return start
 
 
-def kubeconfig(tmp_path: Path, server: str, user: dict[str, Any],
-               cluster: dict[str, Any] | None = None) -> Path:
-    doc = {"apiVersion": "v1", "kind": "Config", "current-context": "test",
-           "contexts": [{"name": "test", "context": {"cluster": "c", "user": "u"}}],
-           "clusters": [{"name": "c", "cluster": {"server": server, **(cluster or {})}}],
-           "users": [{"name": "u", "user": user}]}
+def kubeconfig(
+    tmp_path: Path, server: str, user: dict[str, Any], cluster: dict[str, Any] | None = None
+) -> Path:
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "test",
+        "contexts": [{"name": "test", "context": {"cluster": "c", "user": "u"}}],
+        "clusters": [{"name": "c", "cluster": {"server": server, **(cluster or {})}}],
+        "users": [{"name": "u", "user": user}],
+    }
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -110,8 +133,9 @@ async def test_fetch_nodes_with_token_file(tmp_path: Path, api: Any) -> None:
     runner, url, seen = await api()
     try:
         (tmp_path / "token").write_text("s3cret\n")
-        (n,) = await kube.fetch_nodes(str(kubeconfig(tmp_path, url, {"tokenFile": "token"})),
-                                      now=NOW)
+        (n,) = await kube.fetch_nodes(
+            str(kubeconfig(tmp_path, url, {"tokenFile": "token"})), now=NOW
+        )
         assert [r.pod.name for r in n.recent_pods] == ["a"] and [p.name for p in n.pods] == ["b"]
         assert seen[0] == "Bearer s3cret"
         with pytest.raises(ClientError, match="401 Unauthorized") as caught:
@@ -144,13 +168,17 @@ async def test_fetch_nodes_with_client_certificate_files(tmp_path: Path, api: An
     try:
         # Paths relative to the kubeconfig's folder, as kubectl reads them.
         cluster = {"certificate-authority": "pki/ca.pem"}
-        user = {"token": "s3cret", "client-certificate": "pki/client.pem",
-                "client-key": "pki/client.key"}
+        user = {
+            "token": "s3cret",
+            "client-certificate": "pki/client.pem",
+            "client-key": "pki/client.key",
+        }
         (n,) = await kube.fetch_nodes(str(kubeconfig(tmp_path, url, user, cluster)), now=NOW)
         assert n.name == "n1"
         with pytest.raises(ClientError):  # the server refuses a client without a certificate
-            await kube.fetch_nodes(str(kubeconfig(tmp_path, url, {"token": "s3cret"}, cluster)),
-                                   now=NOW)
+            await kube.fetch_nodes(
+                str(kubeconfig(tmp_path, url, {"token": "s3cret"}, cluster)), now=NOW
+            )
     finally:
         await runner.cleanup()
 
@@ -159,15 +187,28 @@ async def test_fetch_nodes_with_exec_plugin_and_context(tmp_path: Path, api: Any
     runner, url, seen = await api()
     try:
         plugin = tmp_path / "credential.py"
-        credential = {"apiVersion": EXEC_API, "kind": "ExecCredential",
-                      "status": {"token": "s3cret"}}
+        credential = {
+            "apiVersion": EXEC_API,
+            "kind": "ExecCredential",
+            "status": {"token": "s3cret"},
+        }
         plugin.write_text(f"print({json.dumps(credential)!r})\n")
         path = kubeconfig(tmp_path, "http://127.0.0.1:1", {"token": "unused"})
         doc = yaml.safe_load(path.read_text())
         doc["contexts"].append({"name": "other", "context": {"cluster": "c2", "user": "u2"}})
         doc["clusters"].append({"name": "c2", "cluster": {"server": url}})
-        doc["users"].append({"name": "u2", "user": {"exec": {
-            "apiVersion": EXEC_API, "command": sys.executable, "args": [str(plugin)]}}})
+        doc["users"].append(
+            {
+                "name": "u2",
+                "user": {
+                    "exec": {
+                        "apiVersion": EXEC_API,
+                        "command": sys.executable,
+                        "args": [str(plugin)],
+                    }
+                },
+            }
+        )
         path.write_text(yaml.safe_dump(doc))
         (n,) = await kube.fetch_nodes(str(path), "other", now=NOW)
         assert n.name == "n1" and seen == ["Bearer s3cret"]
@@ -175,27 +216,42 @@ async def test_fetch_nodes_with_exec_plugin_and_context(tmp_path: Path, api: Any
         await runner.cleanup()
 
 
-def score(capsys: pytest.CaptureFixture[str], tmp_path: Path, path: Path,
-          *extra: str) -> tuple[int, str, str]:
+def score(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, path: Path, *extra: str
+) -> tuple[int, str, str]:
     (tmp_path / "pod.yaml").write_text("containers: [{resources: {requests: {cpu: 1}}}]")
-    code = cli.main(["score", "--kubeconfig", str(path), *extra, "--watcher",
-                     str(tmp_path / "watcher.json"), "--pod", str(tmp_path / "pod.yaml")])
+    code = cli.main(
+        [
+            "score",
+            "--kubeconfig",
+            str(path),
+            *extra,
+            "--watcher",
+            str(tmp_path / "watcher.json"),
+            "--pod",
+            str(tmp_path / "pod.yaml"),
+        ]
+    )
     out, err = capsys.readouterr()
     return code, out, err
 
 
-@pytest.mark.parametrize(("setup", "message"), [
-    ("missing", "no such file"),
-    ("bad_yaml", "not valid YAML at line"),
-    ("not_a_mapping", "not a usable kubeconfig"),
-    ("no_context", "other"),
-    ("no_server", "server must be an http(s) URL"),
-    ("bad_ca_data", "unusable CA"),
-    ("exec_fails", "exec: process returned 3"),
-    ("missing_token_file", "token-file"),
-])
-def test_unusable_kubeconfig_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                         setup: str, message: str) -> None:
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        ("missing", "no such file"),
+        ("bad_yaml", "not valid YAML at line"),
+        ("not_a_mapping", "not a usable kubeconfig"),
+        ("no_context", "other"),
+        ("no_server", "server must be an http(s) URL"),
+        ("bad_ca_data", "unusable CA"),
+        ("exec_fails", "exec: process returned 3"),
+        ("missing_token_file", "token-file"),
+    ],
+)
+def test_unusable_kubeconfig_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], setup: str, message: str
+) -> None:
     server = "https://127.0.0.1:1"
     path = kubeconfig(tmp_path, server, {"token": "s3cret"})
     extra: list[str] = []
@@ -213,8 +269,17 @@ def test_unusable_kubeconfig_is_one_line(tmp_path: Path, capsys: pytest.CaptureF
         ca = base64.b64encode(b"not a certificate").decode()
         path = kubeconfig(tmp_path, server, {"token": "s3cret"}, {"certificate-authority-data": ca})
     elif setup == "exec_fails":
-        path = kubeconfig(tmp_path, server, {"exec": {
-            "apiVersion": EXEC_API, "command": sys.executable, "args": ["-c", "exit(3)"]}})
+        path = kubeconfig(
+            tmp_path,
+            server,
+            {
+                "exec": {
+                    "apiVersion": EXEC_API,
+                    "command": sys.executable,
+                    "args": ["-c", "exit(3)"],
+                }
+            },
+        )
     elif setup == "missing_token_file":
         path = kubeconfig(tmp_path, server, {"tokenFile": "token-file"})
     code, out, err = score(capsys, tmp_path, path, *extra)
@@ -223,8 +288,9 @@ def test_unusable_kubeconfig_is_one_line(tmp_path: Path, capsys: pytest.CaptureF
     assert err.startswith("loadwatcher score: error: ") and "s3cret" not in err
 
 
-async def test_api_failure_is_one_line_exit_1(tmp_path: Path, api: Any,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+async def test_api_failure_is_one_line_exit_1(
+    tmp_path: Path, api: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     runner, url, _ = await api()
     try:
         path = kubeconfig(tmp_path, url, {"token": "wrong-secret"})
@@ -238,16 +304,24 @@ async def test_api_failure_is_one_line_exit_1(tmp_path: Path, api: Any,
 
 # --- prediction --------------------------------------------------------------------------
 
+
 def test_reclaimable_formula() -> None:
     # min(max(0, 0.9 × 3000 − 1000), 4000 × 0.5) = min(1700, 2000)
     assert reclaimable(3000, 1000, 4000, 0.9, 0.5) == pytest.approx(1700)
-    assert reclaimable(3000, 1000, 4000, 1.0, 0.25) == 1000.0   # capped by the threshold
-    assert reclaimable(1000, 1500, 4000, 1.0, 1.0) == 0.0       # never negative
+    assert reclaimable(3000, 1000, 4000, 1.0, 0.25) == 1000.0  # capped by the threshold
+    assert reclaimable(1000, 1500, 4000, 1.0, 1.0) == 0.0  # never negative
 
 
 def test_priority_classes() -> None:
     assert [priority_class(p) for p in (None, 0, 9500, 7000, 5999, 3500, 8500)] == [
-        "prod", "prod", "prod", "mid", "batch", "free", "prod"]
+        "prod",
+        "prod",
+        "prod",
+        "mid",
+        "batch",
+        "free",
+        "prod",
+    ]
 
 
 def test_predict_by_hand() -> None:
@@ -257,8 +331,12 @@ def test_predict_by_hand() -> None:
     #      reclaimable = min(max(0, 3000 − 1540), 4000) = 1460
     prod = pod({"cpu": "1"})
     ms = metrics(("CPU", "AVG", 20), ("CPU", "STD", 5), ("CPU", "P99", 35), rollup="15m")
-    n = node(cpu="4", memory="8Gi", metric_list=ms,
-             pods=(prod, pod({"cpu": "2"}), pod({"cpu": "3"}, priority=5500)))
+    n = node(
+        cpu="4",
+        memory="8Gi",
+        metric_list=ms,
+        pods=(prod, pod({"cpu": "2"}), pod({"cpu": "3"}, priority=5500)),
+    )
     cpu, mem = predict([n], PredictOptions(percentile="P99"))
     assert cpu.nsigma_peak == pytest.approx(1320) and cpu.percentile_peak == pytest.approx(1540)
     assert cpu.peak == pytest.approx(1540) and cpu.prod_allocated == 3000
@@ -278,7 +356,7 @@ def test_predict_window_choice_and_missing_metrics() -> None:
 def test_sample_peaks() -> None:
     values = [10.0, 20.0, 30.0, 40.0]  # mean 25, population std sqrt(125)
     nsigma, p95 = sample_peaks(values, 2, 0.95)
-    assert nsigma == pytest.approx(25 + 2 * 125 ** 0.5)
+    assert nsigma == pytest.approx(25 + 2 * 125**0.5)
     assert p95 == pytest.approx(38.5)  # linear interpolation: 30 + 0.85 × 10
     with pytest.raises(ValueError):
         sample_peaks([float("nan")], 2, 0.95)

@@ -1,4 +1,4 @@
-"""Every row of tests/scoring/reference/upstream-unit-tables.json, at function level.
+"""Every row of tests/unit/scoring/reference/upstream-unit-tables.json, at function level.
 
 Rows come from the upstream Go unit tests (scheduler-plugins pkg/trimaran, koordinator
 loadaware and pkg/util/histogram). Where a row only names its input (the estimator and

@@ -15,7 +15,7 @@ from loadwatcher.scoring.nodes import NodeInput, RecentPod
 from loadwatcher.scoring.pods import Pod, parse_pod
 
 REPO = Path(__file__).resolve().parents[2]
-REFERENCE_DIR = Path(__file__).resolve().parent / "reference"
+REFERENCE_DIR = REPO / "tests" / "unit" / "scoring" / "reference"
 
 
 def reference(name: str) -> Any:
@@ -39,8 +39,10 @@ def params(items: Any, id_key: str = "") -> list[Any]:
     """pytest params for reference rows; one param that FAILS when the data is missing."""
     if not items:
         return [pytest.param(MISSING, id=MISSING)]
-    return [pytest.param(x, id=str(x.get(id_key, i)) if isinstance(x, dict) and id_key
-                         else str(i)) for i, x in enumerate(items)]
+    return [
+        pytest.param(x, id=str(x.get(id_key, i)) if isinstance(x, dict) and id_key else str(i))
+        for i, x in enumerate(items)
+    ]
 
 
 def present(row: Any) -> Any:

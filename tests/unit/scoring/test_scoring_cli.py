@@ -403,14 +403,30 @@ def test_loadaware_reads_the_5m_window_from_a_url(tmp_path: Path) -> None:
 
     def doc(window: str, cpu: float) -> bytes:
         seconds = {"5m": 300, "15m": 900}[window]
-        return json.dumps({
-            "timestamp": NOW, "window": {"duration": window, "start": NOW - seconds,
-                                         "end": NOW},
-            "source": "test", "data": {"NodeMetricsMap": {"n": {
-                "metrics": [{"name": "c", "type": "CPU", "operator": "AVG", "rollup": window,
-                             "value": cpu}],
-                "tags": {"lastSample": NOW}, "metadata": {
-                    "capacity.cpu": "10", "capacity.memory": "10Gi"}}}}}).encode()
+        return json.dumps(
+            {
+                "timestamp": NOW,
+                "window": {"duration": window, "start": NOW - seconds, "end": NOW},
+                "source": "test",
+                "data": {
+                    "NodeMetricsMap": {
+                        "n": {
+                            "metrics": [
+                                {
+                                    "name": "c",
+                                    "type": "CPU",
+                                    "operator": "AVG",
+                                    "rollup": window,
+                                    "value": cpu,
+                                }
+                            ],
+                            "tags": {"lastSample": NOW},
+                            "metadata": {"capacity.cpu": "10", "capacity.memory": "10Gi"},
+                        }
+                    }
+                },
+            }
+        ).encode()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -430,10 +446,29 @@ def test_loadaware_reads_the_5m_window_from_a_url(tmp_path: Path) -> None:
     pod.write_text('{"containers": []}')
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "loadwatcher.scoring", "score", "--watcher",
-             f"http://127.0.0.1:{server.server_port}", "--pod", str(pod), "--now", str(NOW),
-             "--json", "--plugin", "TLP", "--plugin", "LoadAware"],
-            cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+            [
+                sys.executable,
+                "-m",
+                "loadwatcher.scoring",
+                "score",
+                "--watcher",
+                f"http://127.0.0.1:{server.server_port}",
+                "--pod",
+                str(pod),
+                "--now",
+                str(NOW),
+                "--json",
+                "--plugin",
+                "TLP",
+                "--plugin",
+                "LoadAware",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     finally:
         server.shutdown()
         server.server_close()

@@ -18,7 +18,7 @@ from backends import require_binary
 
 pytestmark = pytest.mark.backend
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TOOLS = ("prometheus", "promtool", "wrk", "nginx")
 
 

@@ -38,7 +38,7 @@ from loadwatcher.providers.kube.access import (
 from loadwatcher.providers.kube.metrics_server import MetricsServerOptions, MetricsServerProvider
 from loadwatcher.words import plural
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 BAD = "loadwatcher: bad configuration: "
 NOT_IN_CLUSTER = (
     "not running in a cluster (no service account); set KUBE_CONFIG or kube.config to a "
