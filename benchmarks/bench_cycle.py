@@ -113,14 +113,14 @@ class Probe:
             ("loadwatcher.pipeline.analysis", "analyse", "analysis"),
             ("loadwatcher.pipeline.snapshot", "build", "rollups"),
             ("loadwatcher.engine.published", "publish", "render+gzip"),
-            ("loadwatcher.pipeline.snapshot", "to_journal", "snapshot→bytes"),
+            ("loadwatcher.pipeline.snapshot", "encode_without_windows", "snapshot→bytes"),
         ):
             module = importlib.import_module(module_name)
             original = getattr(module, attr, None)
             if original is None:
                 continue
             wrapped = self._timed(phase, original)
-            if attr == "to_journal":
+            if attr == "encode_without_windows":
                 wrapped = self._count_bytes(wrapped)
             setattr(module, attr, wrapped)
             self._stack.callback(setattr, module, attr, original)
@@ -218,7 +218,7 @@ async def _measured(
     ref_ms: float | None = None
     # What the last cycle left for the idle time before the next poll (the WAL fold): a
     # real poll interval (15 s) leaves it done, so neither side is measured next to it.
-    await engine.settle()
+    await engine.wait_idle_work()
     if reference_first and predicted:
         ref_ms = await reference(session, predicted)
     probe.reset()
@@ -283,7 +283,7 @@ async def bench(
                 last = list(probe.requests)
                 if k > 0:
                     result.steady.append(run)
-        await engine.settle()
+        await engine.wait_idle_work()
         result.fold_ms = probe.fold_ms[1:]  # the first follows the cold start
         steady_ms = sorted(r.service_ms for r in result.steady)
         if steady_ms:

@@ -30,6 +30,16 @@ from bench_common import (
 
 POLL_S = 0.01
 
+# ``python -m loadwatcher`` with every response built by aiohttp's ``web.Response`` (the
+# plain twin of the prepared responses), for benchmarks/fastpaths.py.
+_PLAIN_RESPONSES = (
+    "import runpy, sys\n"
+    "from loadwatcher.http import prepared\n"
+    "prepared.can_prepare = lambda request: False\n"
+    "sys.argv[0] = 'loadwatcher'\n"
+    "runpy.run_module('loadwatcher', run_name='__main__', alter_sys=True)\n"
+)
+
 
 class ServiceError(RuntimeError):
     """The service did not start, or did not serve what was expected in time."""
@@ -45,6 +55,8 @@ class Service:
     port: int
     poll_interval_s: float = 15.0
     name: str = "service"
+    plain_responses: bool = False
+    """Answer with aiohttp's ``web.Response`` only (no prepared responses)."""
     proc: subprocess.Popen[bytes] | None = None
     spawned_at: float = 0.0
 
@@ -66,6 +78,9 @@ class Service:
             }
         )
         argv = serve_argv(self.port, self.db, self.poll_interval_s)
+        if self.plain_responses:
+            assert argv[1:3] == ["-m", "loadwatcher"], argv
+            argv[1:3] = ["-c", _PLAIN_RESPONSES]
         self.spawned_at = time.monotonic()
         self.proc = spawn(argv, self.log_path, env=env, cwd=REPO)
         return self

@@ -64,7 +64,7 @@ def measure(name: str, body: bytes, repeat: int) -> None:
     store = best_ms(lambda: SampleStore().add([batch]), repeat)
     print(
         f"{name}: {len(body) / 1e6:.1f} MB, {batch.ts.shape[0]} samples | JSON path {old:.1f} ms"
-        f" | bytes path {first:.1f} ms ({old / first:.1f}x), skeleton remembered {steady:.1f}"
+        f" | bytes path {first:.1f} ms ({old / first:.1f}x), layout remembered {steady:.1f}"
         f" ms ({old / steady:.1f}x) | store.add {store:.1f} ms"
         f" | identical: {same(batch, json_path())}"
     )

@@ -18,6 +18,9 @@ from bench_common import Stats
 
 NOTES_START = "<!-- notes:start -->"
 NOTES_END = "<!-- notes:end -->"
+# benchmarks/fastpaths.py writes its own section between these; a re-run here keeps it.
+FASTPATHS_START = "<!-- fastpaths:start -->"
+FASTPATHS_END = "<!-- fastpaths:end -->"
 DEFAULT_NOTES = (
     "Nothing yet: this is the baseline, measured before any optimisation. Record here, "
     "newest first, what was changed in the service and how each figure moved."
@@ -264,12 +267,18 @@ def _phase_table(results: Results) -> list[str]:
 
 def markdown(results: Results, old_text: str | None) -> str:
     notes = DEFAULT_NOTES
+    fastpaths = ""
     if old_text:
         match = re.search(
             re.escape(NOTES_START) + r"\n(.*?)\n" + re.escape(NOTES_END), old_text, re.S
         )
         if match:
             notes = match.group(1).strip()
+        kept = re.search(
+            re.escape(FASTPATHS_START) + r".*?" + re.escape(FASTPATHS_END), old_text, re.S
+        )
+        if kept:
+            fastpaths = kept.group(0)
     s = results.settings
     m = results.machine
     out = [
@@ -316,8 +325,8 @@ def markdown(results: Results, old_text: str | None) -> str:
         "one warm-up). The reference replays the very requests each cycle sent (recorded: "
         "same URL, parameters and Accept header) with a bare aiohttp client, concurrently, "
         "reading and discarding the bodies; reference and service alternate which goes first. "
-        "Before each measurement the harness awaits `Engine.settle()`, the WAL fold the last "
-        "cycle left for the idle time before the next poll (a 15 s interval leaves it done); "
+        "Before each measurement the harness awaits `Engine.wait_idle_work()`, the WAL fold the "
+        "last cycle left for the idle time before the next poll (a 15 s interval leaves it done); "
         "its cost is the 'WAL folded' row.",
         f"- Serving: the real service process (`python -m loadwatcher serve`, "
         f"METRICS_PROVIDER_NAME=Prometheus, polling every {s.get('serve_poll_interval_s')} s "
@@ -353,6 +362,8 @@ def markdown(results: Results, old_text: str | None) -> str:
         notes,
         NOTES_END,
     ]
+    if fastpaths:
+        out += ["", fastpaths]
     if results.errors:
         out += ["", "## Errors", "", *[f"- {e}" for e in results.errors]]
     return "\n".join(out) + "\n"

@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """Benchmark harness: one command, progress on stderr, a results table at the end.
 
-    python benchmarks/run.py                      # 100, 1,000 and 5,000 nodes (~8 min)
-    python benchmarks/run.py --quick              # a tiny smoke run (~30 s), not a measurement
+    python benchmarks/run.py                      # 100, 1,000 and 5,000 nodes
+    python benchmarks/run.py --quick              # a tiny smoke run, not a measurement
     python benchmarks/run.py --sizes 1000 --repeat 3 --out /tmp/r.md --profile
 
 For each size it seeds a real Prometheus (promtool backfill: N nodes × 2 resources, 15 s
 resolution) and measures the poll cycle against a bare HTTP client; at ``--serve-nodes``
 (1,000) ``GET /watcher`` under ``wrk`` against nginx serving the same bytes; at the largest
 size the service's memory, its restart time from the journal and the journal's cost. The
-scoring figure comes from ``benchmarks/bench_scoring.py`` when that exists.
+scoring figure comes from ``benchmarks/bench_scoring.py`` when that exists. Each fast path
+against its plain twin: ``benchmarks/fastpaths.py``.
 
 It installs nothing: ``prometheus``/``promtool``, ``wrk`` and ``nginx`` (Debian packages
 ``prometheus``, ``wrk``, ``nginx``) must be on the machine, or it stops at once saying so.

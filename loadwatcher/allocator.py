@@ -1,14 +1,13 @@
 """Give freed heap memory back to the operating system (glibc only; elsewhere a no-op).
 
-A cold start parses ~700,000 samples at 5,000 nodes into short-lived Python objects; glibc
-keeps the freed arenas, so the resident size stays at the peak (~400 MB) long after. Asking
-glibc to trim after each cycle returns it (measured: 397 -> 254 MB before other savings).
+A cold start makes many short-lived objects; glibc keeps the freed arenas, so the resident
+size would stay at the start's peak long after. ``trim`` after each cycle returns them.
 
-``configure`` (at start, before any thread) also stops glibc from keeping the cycle's large
-numpy buffers in its heaps: by default its mmap threshold rises to the largest block freed
-(up to 32 MiB), so multi-megabyte arrays land in the heap and fragment it, and every worker
-thread gets an arena of its own. A fixed 1 MiB threshold and two arenas: 202 -> 123 MB
-resident at 5,000 nodes (benchmarks/RESULTS.md).
+``configure`` (at start, before any thread) also keeps the cycle's large numpy buffers out
+of glibc's heaps: by default its mmap threshold rises to the largest block freed, so
+multi-megabyte arrays land in the heap and fragment it, and every worker thread gets an
+arena of its own. A fixed 1 MiB threshold and two arenas keep the resident size near the
+live data (benchmarks/RESULTS.md has the figures).
 """
 
 from __future__ import annotations

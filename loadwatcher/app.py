@@ -29,8 +29,8 @@ SHUTDOWN_GRACE_S = 10.0
 TLS_RELOAD_CHECK_S = 30.0
 # Connections the kernel queues until the loop accepts them. aiohttp's default (128)
 # overflows when hundreds of clients connect at once: the kernel then drops their
-# handshakes and they retry after 1, 3, 7 s (measured with 500 clients: p99 7 s and
-# requests timing out). Linux caps it at net.core.somaxconn (4096 by default).
+# handshakes and they retry after seconds (TCP's SYN back-off), so requests time out
+# (tests/system/test_load.py). Linux caps it at net.core.somaxconn.
 LISTEN_BACKLOG = 1024
 
 
@@ -57,7 +57,7 @@ def build_engine(settings: Settings) -> Engine:
         journal,
         options,
         registry.metric_names(settings),
-        second=registry.build_second_provider(settings),
+        corroborating=registry.build_corroborating_provider(settings),
     )
     # Health names the provider as the configuration does (prometheus, metrics-server);
     # the wire `source` keeps the Go load-watcher's spelling (Prometheus, ...).

@@ -17,6 +17,7 @@ import yaml
 from loadwatcher import __version__, allocator, config
 from loadwatcher.commandline import parse_args
 from loadwatcher.errors import ConfigError
+from loadwatcher.providers import registry
 
 log = logging.getLogger("loadwatcher")
 
@@ -29,7 +30,7 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", help="listen address (default 0.0.0.0)")
     parser.add_argument("--db", metavar="PATH", help="SQLite journal file ('' disables it)")
     parser.add_argument("--poll-interval-s", help="seconds between polls (default 15)")
-    parser.add_argument("--provider", help="host | prometheus | influxdb | metrics-server")
+    parser.add_argument("--provider", help=" | ".join(registry.names()))
     parser.add_argument("--address", help="backend base URL")
     parser.add_argument("--log-level", help="DEBUG | INFO | WARNING | ERROR")
 
@@ -69,17 +70,18 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _settings(args: argparse.Namespace) -> config.Settings:
-    return config.load(args.config, os.environ, _flags(args))
+    return config.load(args.config, os.environ, _flags(args), catalogue=registry.catalogue())
 
 
 def _config_check(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    sys.stdout.write(yaml.safe_dump(config.effective(settings), sort_keys=False))
+    effective = config.effective(settings, registry.catalogue())
+    sys.stdout.write(yaml.safe_dump(effective, sort_keys=False))
     return 0
 
 
 def _config_table(args: argparse.Namespace) -> int:
-    sys.stdout.write(config.markdown_table())
+    sys.stdout.write(config.markdown_table(registry.catalogue()))
     return 0
 
 
@@ -89,8 +91,8 @@ def _serve(args: argparse.Namespace) -> int:
         level=settings.log.level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    # A SIGTERM while the service still imports (~0.4 s) must stop it cleanly (exit 0), as
-    # later ones do: remember it until serve() has its own handlers.
+    # A SIGTERM while the service still imports must stop it cleanly (exit 0), as later
+    # ones do: remember it until serve() has its own handlers.
     received: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, _frame: received.append(signum))
@@ -125,7 +127,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # `serve` skips the scoring commands' imports (~0.1 s): start-up is on the restart path.
+    # `serve` skips the scoring commands' imports: start-up is on the restart path.
     parser = build_parser(scoring=argv[:1] != ["serve"])
     args = parse_args(parser, argv)
     try:

@@ -9,26 +9,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
-PROVIDERS = ("host", "prometheus", "influxdb", "metrics-server")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _SHOWN_CHARS = 100
 # host:port, with an optional path: an address given without its scheme.
 _HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):[0-9]{1,5}(/\S*)?")
-
-# Go load-watcher METRICS_PROVIDER_NAME values and our own spellings -> canonical name.
-_PROVIDER_ALIASES = {
-    "host": "host",
-    "prometheus": "prometheus",
-    "promql": "prometheus",
-    "victoriametrics": "prometheus",
-    "influxdb": "influxdb",
-    "influx": "influxdb",
-    "kubernetesmetricsserver": "metrics-server",
-    "metrics-server": "metrics-server",
-    "metricsserver": "metrics-server",
-}
 
 
 def shown(text: str) -> str:
@@ -48,7 +35,8 @@ def looks_like_host_port(text: str) -> bool:
     return _HOST_PORT.fullmatch(text.strip()) is not None
 
 
-def _expected(what: str, text: str) -> ValueError:
+def expected(what: str, text: str) -> ValueError:
+    """The error of every parser: ``expected <what>, got <text, quoted>``."""
     return ValueError(f"expected {what}, got {shown(text)}")
 
 
@@ -56,9 +44,9 @@ def _number(text: str, what: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise _expected(what, text) from None
+        raise expected(what, text) from None
     if not math.isfinite(value):
-        raise _expected(what, text)
+        raise expected(what, text)
     return value
 
 
@@ -66,18 +54,30 @@ def _integer(text: str, what: str) -> int:
     try:
         return int(text)
     except ValueError:  # not an integer, or more digits than int() takes
-        raise _expected(what, text) from None
+        raise expected(what, text) from None
 
 
-def provider(text: str) -> str:
-    key = text.strip().lower()
-    if key not in _PROVIDER_ALIASES:
-        raise _expected(choices(PROVIDERS), text)
-    return _PROVIDER_ALIASES[key]
+@dataclass(frozen=True)
+class ProviderNames:
+    """The providers' names in their listed order, and every accepted spelling of them."""
 
+    listed: tuple[str, ...]
+    spellings: Mapping[str, str]  # lower-case name or alias -> name
 
-def optional_provider(text: str) -> str | None:
-    return provider(text) if text.strip() else None
+    def parse(self, text: str) -> str:
+        key = text.strip().lower()
+        if key not in self.spellings:
+            raise expected(choices(self.listed), text)
+        return self.spellings[key]
+
+    def parse_optional(self, text: str) -> str | None:
+        return self.parse(text) if text.strip() else None
+
+    def listed_in_words(self) -> str:
+        """``a, b or c``."""
+        if len(self.listed) < 2:
+            return "".join(self.listed)
+        return ", ".join(self.listed[:-1]) + " or " + self.listed[-1]
 
 
 def boolean(text: str) -> bool:
@@ -86,7 +86,7 @@ def boolean(text: str) -> bool:
         return True
     if key in ("0", "false", "no", "off", ""):
         return False
-    raise _expected("true or false (or yes/no, on/off, 1/0)", text)
+    raise expected("true or false (or yes/no, on/off, 1/0)", text)
 
 
 def number(text: str) -> float:
@@ -108,7 +108,7 @@ def positive_points(text: str) -> float:
 def _positive(text: str, what: str) -> float:
     value = _number(text, what)
     if value <= 0:
-        raise _expected(what, text)
+        raise expected(what, text)
     return value
 
 
@@ -116,7 +116,7 @@ def non_negative_seconds(text: str) -> float:
     what = "a number of seconds >= 0"
     value = _number(text, what)
     if value < 0:
-        raise _expected(what, text)
+        raise expected(what, text)
     return value
 
 
@@ -124,7 +124,7 @@ def fraction(text: str) -> float:
     what = "a fraction between 0 and 1"
     value = _number(text, what)
     if not 0 <= value <= 1:
-        raise _expected(what, text)
+        raise expected(what, text)
     return value
 
 
@@ -132,7 +132,7 @@ def port(text: str) -> int:
     what = "an integer port 0-65535"
     value = _integer(text, what)
     if not 0 <= value <= 65535:
-        raise _expected(what, text)
+        raise expected(what, text)
     return value
 
 
@@ -144,18 +144,6 @@ def optional_str(text: str) -> str | None:
     return text or None
 
 
-def label(text: str) -> str:
-    if (
-        not text
-        or not (text[0].isalpha() or text[0] == "_")
-        or not all(c.isalnum() or c == "_" for c in text)
-    ):
-        raise _expected(
-            "a Prometheus label name (letters, digits and _, not starting with a digit)", text
-        )
-    return text
-
-
 def url(text: str) -> str:
     if text and not text.startswith(("http://", "https://")):
         hint = f"; did you mean http://{text.strip()}?" if looks_like_host_port(text) else ""
@@ -163,41 +151,24 @@ def url(text: str) -> str:
     return text.rstrip("/")
 
 
-def influx_language(text: str) -> str:
-    key = text.strip().lower()
-    if key not in ("influxql", "flux"):
-        raise _expected(choices(("influxql", "flux")), text)
-    return key
+def one_of(*values: str) -> Callable[[str], str]:
+    """A parser of one of ``values``, in any case, returned as spelt in ``values``."""
+    canonical = {value.lower(): value for value in values}
 
+    def parse(text: str) -> str:
+        key = text.strip().lower()
+        if key not in canonical:
+            raise expected(choices(values), text)
+        return canonical[key]
 
-def auth_scheme(text: str) -> str:
-    for scheme in ("Token", "Bearer"):
-        if text.strip().lower() == scheme.lower():
-            return scheme
-    raise _expected(choices(("Token", "Bearer")), text)
+    return parse
 
 
 def log_level(text: str) -> str:
     """A log level in any case, returned in upper case."""
     key = text.strip().upper()
     if key not in LOG_LEVELS:
-        raise _expected(choices(LOG_LEVELS), text)
-    return key
-
-
-def tag_filter(text: str) -> str:
-    """``tag=value[,tag=value...]`` (or empty): tags a series must carry to be read."""
-    for pair in filter(None, (p.strip() for p in text.split(","))):
-        tag, sep, value = pair.partition("=")
-        if not sep or not tag.strip() or not value.strip():
-            raise _expected("tag=value pairs separated by commas", text)
-    return text.strip()
-
-
-def percent_of(text: str) -> str:
-    key = text.strip().lower()
-    if key not in ("capacity", "allocatable"):
-        raise _expected(choices(("capacity", "allocatable")), text)
+        raise expected(choices(LOG_LEVELS), text)
     return key
 
 
@@ -205,5 +176,5 @@ def non_negative_int(text: str) -> int:
     what = "an integer >= 0"
     value = _integer(text, what)
     if value < 0:
-        raise _expected(what, text)
+        raise expected(what, text)
     return value

@@ -1,11 +1,8 @@
-"""Settings: one table of every setting, resolved from YAML < environment < flags.
+"""Resolution of every setting from YAML < environment < flags, given a catalogue.
 
-Every setting has a dotted name (its place in the YAML file), a type, a default with its
-unit in the name, a one-line description and the environment variables that set it
-(``config_spec.SPECS``). The Go load-watcher variables (``METRICS_PROVIDER_NAME`` ...) are
-aliases of ours, so an existing deployment keeps working unchanged. Resolution is pure: it
-takes the YAML text, the environment mapping and the flag values, and returns typed frozen
-dataclasses (``settings.Settings``) or raises ``ConfigError`` naming the setting.
+Pure: it takes the YAML text, the environment mapping and the flag values, and returns
+``Settings`` or raises ``ConfigError`` naming the setting. The Go load-watcher variables
+(``METRICS_PROVIDER_NAME`` ...) are aliases of ours, so a deployment keeps working.
 """
 
 from __future__ import annotations
@@ -17,25 +14,25 @@ from typing import Any
 
 import yaml
 
-from loadwatcher.config.parsers import PROVIDERS
-from loadwatcher.config.settings import _SECTIONS, InfluxDBSettings, Settings
-from loadwatcher.config.spec import SPECS, SPECS_BY_KEY, Spec
+from loadwatcher.config.catalogue import Catalogue, installed
+from loadwatcher.config.settings import Settings
 from loadwatcher.errors import ConfigError
 
-__all__ = [
-    "PROVIDERS",
-    "SPECS",
-    "SPECS_BY_KEY",
-    "Settings",
-    "Spec",
-    "effective",
-    "load",
-    "markdown_table",
-    "resolve",
-]
+# The order in which an unknown section's message lists the sections: the order they came
+# in (pinned by the tests of the messages); sections not named here follow in table order.
+_LISTED_FIRST = (
+    "server",
+    "journal",
+    "poll",
+    "provider",
+    "prometheus",
+    "log",
+    "analysis",
+    "corroborate",
+)
 
 
-def _flatten_yaml(text: str, source: str) -> dict[str, Any]:
+def _flatten_yaml(text: str, source: str, cat: Catalogue) -> dict[str, Any]:
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -52,14 +49,16 @@ def _flatten_yaml(text: str, source: str) -> dict[str, Any]:
         raise ConfigError(source, "the top level must be a mapping of sections")
     flat: dict[str, Any] = {}
     for section, body in doc.items():
-        if section not in _SECTIONS:
-            raise ConfigError(_name(section), _unknown_section(str(section)))
+        if section not in cat.section_names:
+            raise ConfigError(_name(section), _unknown_section(str(section), cat))
         if not isinstance(body, dict):
             raise ConfigError(str(section), "must be a mapping")
         for name, value in body.items():
             key = f"{section}.{name}"
-            if key not in SPECS_BY_KEY:
-                raise ConfigError(f"{section}.{_name(name)}", _unknown_setting(section, str(name)))
+            if key not in cat.specs_by_key:
+                raise ConfigError(
+                    f"{section}.{_name(name)}", _unknown_setting(section, str(name), cat)
+                )
             if isinstance(value, (dict, list)):
                 raise ConfigError(key, "must be a scalar value")
             flat[key] = value
@@ -71,33 +70,39 @@ def _closest(word: str, known: Iterable[str]) -> str | None:
     return found[0] if found else None
 
 
-def _keys_named(name: str) -> str:
+def _leaves(cat: Catalogue) -> Iterable[str]:
+    return (key.split(".", 1)[1] for key in cat.specs_by_key)
+
+
+def _keys_named(name: str, cat: Catalogue) -> str:
     """The settings whose name in their section is ``name``: ``a.x or b.x``."""
-    return " or ".join(key for key in SPECS_BY_KEY if key.split(".", 1)[1] == name)
+    return " or ".join(key for key in cat.specs_by_key if key.split(".", 1)[1] == name)
 
 
-def _unknown_section(section: str) -> str:
-    if section in SPECS_BY_KEY:  # provider.address: x, flat instead of nested
+def _unknown_section(section: str, cat: Catalogue) -> str:
+    if section in cat.specs_by_key:  # provider.address: x, flat instead of nested
         head, name = section.split(".", 1)
         return f"unknown section; write settings under their section ({head}: {{{name}: ...}})"
-    near = _closest(section, _SECTIONS)
+    near = _closest(section, cat.section_names)
     if near is None:  # a setting put at the top level (port: 2020)?
-        leaf = _closest(section, (key.split(".", 1)[1] for key in SPECS_BY_KEY))
-        near = _keys_named(leaf) if leaf else None
+        leaf = _closest(section, _leaves(cat))
+        near = _keys_named(leaf, cat) if leaf else None
     if near is None:
-        return f"unknown section; expected one of {', '.join(_SECTIONS)}"
+        first = [name for name in _LISTED_FIRST if name in cat.section_names]
+        listed = first + [name for name in cat.section_names if name not in first]
+        return f"unknown section; expected one of {', '.join(listed)}"
     return f"unknown section; did you mean {near}?"
 
 
-def _unknown_setting(section: str, name: str) -> str:
+def _unknown_setting(section: str, name: str, cat: Catalogue) -> str:
     prefix = section + "."
-    names = [key[len(prefix) :] for key in SPECS_BY_KEY if key.startswith(prefix)]
+    names = [key[len(prefix) :] for key in cat.specs_by_key if key.startswith(prefix)]
     near = _closest(name, names)
     if near is not None:
         return f"unknown setting; did you mean {prefix}{near}?"
-    elsewhere = _closest(name, (key.split(".", 1)[1] for key in SPECS_BY_KEY))
+    elsewhere = _closest(name, _leaves(cat))
     if elsewhere is not None:  # in another section (server: {interval_s: 5})
-        return f"unknown setting; did you mean {_keys_named(elsewhere)}?"
+        return f"unknown setting; did you mean {_keys_named(elsewhere, cat)}?"
     return f"unknown setting; {section} has {', '.join(names)}"
 
 
@@ -123,15 +128,17 @@ def resolve(
     flags: Mapping[str, Any] | None = None,
     *,
     yaml_source: str = "config",
+    catalogue: Catalogue | None = None,
 ) -> Settings:
     """Build Settings from YAML < environment < flags; raise ConfigError on the first bad value."""
+    cat = catalogue or installed()
     raw: dict[str, tuple[Any, str]] = {}
     if yaml_text:
-        for key, value in _flatten_yaml(yaml_text, yaml_source).items():
+        for key, value in _flatten_yaml(yaml_text, yaml_source, cat).items():
             raw[key] = (value, key)
     env = env or {}
     flags = flags or {}
-    for spec in SPECS:
+    for spec in cat.specs:
         # Our own name wins over the Go load-watcher alias when both are set.
         for name in (*spec.env, spec.env_name):
             if name in env:
@@ -139,7 +146,7 @@ def resolve(
         if spec.flag is not None and flags.get(spec.flag) is not None:
             raw[spec.key] = (flags[spec.flag], "--" + spec.flag.replace("_", "-"))
     values: dict[str, Any] = {}
-    for spec in SPECS:
+    for spec in cat.specs:
         if spec.key not in raw:
             values[spec.key] = spec.default
             continue
@@ -149,57 +156,59 @@ def resolve(
         except ValueError as exc:
             name = spec.key if origin == spec.key else f"{spec.key} (from {origin})"
             raise ConfigError(name, str(exc)) from None
-    settings = _build(values)
-    _check(settings)
+    settings = _build(values, cat)
+    _check(settings, cat)
     return settings
 
 
-def _build(values: Mapping[str, Any]) -> Settings:
-    sections: dict[str, Any] = {}
-    for section, cls in _SECTIONS.items():
-        prefix = section + "."
+def _build(values: Mapping[str, Any], cat: Catalogue) -> Settings:
+    own: dict[str, Any] = {}
+    providers: dict[str, Any] = {}
+    for section in cat.sections:
+        prefix = section.name + "."
         fields = {k[len(prefix) :]: v for k, v in values.items() if k.startswith(prefix)}
-        sections[section] = cls(**fields)
-    return Settings(**sections)
+        into = providers if section.name in cat.own_sections else own
+        into[section.name] = section.settings(**fields)
+    return Settings(**own, sections=providers)
 
 
-def _check(settings: Settings) -> None:
+def _check(settings: Settings, cat: Catalogue) -> None:
     provider = settings.provider
-    if provider.name != "host" and provider.name != "metrics-server" and not provider.address:
+    chosen = cat.providers.get(provider.name)
+    if chosen is not None and chosen.needs_address and not provider.address:
         raise ConfigError(
             "provider.address",
             f"required for provider {provider.name!r} (METRICS_PROVIDER_ADDRESS)",
         )
     if provider.token_file:
-        _require_file("provider.token_file", provider.token_file)
+        require_file("provider.token_file", provider.token_file)
     if provider.ca_file:
-        _require_file("provider.ca_file", provider.ca_file)
+        require_file("provider.ca_file", provider.ca_file)
     server = settings.server
     if server.auth_token_file:
-        _require_file("server.auth_token_file", server.auth_token_file)
+        require_file("server.auth_token_file", server.auth_token_file)
     if bool(server.tls_cert_file) != bool(server.tls_key_file):
         raise ConfigError("server.tls_key_file", "set both TLS files, or neither")
     for key in ("tls_cert_file", "tls_key_file"):
         path = getattr(server, key)
         if path:
-            _require_file(f"server.{key}", path)
+            require_file(f"server.{key}", path)
     if settings.journal.retention_s < 900:
         raise ConfigError("journal.retention_s", "must be at least 900 (the 15m window)")
-    if provider.name == "influxdb":
-        _check_influxdb(settings.influxdb)
-    second = settings.corroborate
-    if second.name and second.name not in ("host", "metrics-server") and not second.address:
-        raise ConfigError("corroborate.address", f"required for provider {second.name!r}")
-    kubeconfig = settings.kube.config
-    if provider.name == "metrics-server" and kubeconfig:
-        _require_file("kube.config", kubeconfig, " (KUBE_CONFIG)")
+    corroborating = settings.corroborate
+    other = cat.providers.get(corroborating.name or "")
+    if other is not None and other.needs_address and not corroborating.address:
+        raise ConfigError("corroborate.address", f"required for provider {other.name!r}")
+    if chosen is not None and chosen.check is not None:
+        section = chosen.section
+        chosen.check(settings.sections[section.name] if section is not None else None)
 
 
 def _shown(path: str) -> str:
     return path if len(path) <= 200 else path[:200] + "..."
 
 
-def _require_file(setting: str, path: str, note: str = "") -> None:
+def require_file(setting: str, path: str, note: str = "") -> None:
     """The setting must name an existing file; paths the OS refuses are reported too."""
     try:
         found = Path(path).is_file()
@@ -210,16 +219,13 @@ def _require_file(setting: str, path: str, note: str = "") -> None:
         raise ConfigError(setting, f"no such file: {_shown(path)}{note}")
 
 
-def _check_influxdb(influx: InfluxDBSettings) -> None:
-    names = ("database", "host_tag", "cpu_measurement", "cpu_field")
-    for key in (*names, "memory_measurement", "memory_field"):
-        if not getattr(influx, key):
-            raise ConfigError(f"influxdb.{key}", "must not be empty")
-    if influx.query_language == "flux" and not influx.org:
-        raise ConfigError("influxdb.org", "required when influxdb.query_language is flux")
-
-
-def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> Settings:
+def load(
+    path: str | None,
+    env: Mapping[str, str],
+    flags: Mapping[str, Any],
+    *,
+    catalogue: Catalogue | None = None,
+) -> Settings:
     """Read the YAML file (if any) and resolve; file errors become ConfigError."""
     text = None
     if path:
@@ -230,16 +236,16 @@ def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> 
             raise ConfigError("--config", f"cannot read {_shown(path)}: {reason}") from exc
         except ValueError as exc:  # not UTF-8 text, or a NUL byte in the path
             raise ConfigError("--config", f"cannot read {_shown(path)}: {exc}") from exc
-    return resolve(text, env, flags, yaml_source=path or "config")
+    return resolve(text, env, flags, yaml_source=path or "config", catalogue=catalogue)
 
 
-def markdown_table() -> str:
+def markdown_table(catalogue: Catalogue | None = None) -> str:
     """Every setting as a Markdown table (the README's configuration reference)."""
     rows = [
         "| setting (YAML) | environment | flag | default | meaning |",
         "|---|---|---|---|---|",
     ]
-    for spec in SPECS:
+    for spec in (catalogue or installed()).specs:
         env = ", ".join(f"`{name}`" for name in (spec.env_name, *spec.env))
         flag = f"`--{spec.flag.replace('_', '-')}`" if spec.flag else ""
         default = spec.default
@@ -253,10 +259,10 @@ def markdown_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-def effective(settings: Settings) -> dict[str, dict[str, Any]]:
+def effective(settings: Settings, catalogue: Catalogue | None = None) -> dict[str, dict[str, Any]]:
     """The effective configuration as nested plain data, secrets masked."""
     out: dict[str, dict[str, Any]] = {}
-    for spec in SPECS:
+    for spec in (catalogue or installed()).specs:
         section, name = spec.key.split(".", 1)
         value = getattr(getattr(settings, section), name)
         if spec.secret and value:

@@ -1,9 +1,16 @@
-"""The effective configuration as typed, frozen dataclasses, one per YAML section."""
+"""The effective configuration as typed, frozen dataclasses: config's own sections, and
+``Settings``, which also carries the providers' sections."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+if TYPE_CHECKING:
+    from loadwatcher.config.spec import Section
+
+S = TypeVar("S")
 
 
 @dataclass(frozen=True)
@@ -40,46 +47,6 @@ class ProviderSettings:
 
 
 @dataclass(frozen=True)
-class PrometheusSettings:
-    cpu_query: str
-    memory_query: str
-    scale: float
-    node_label: str
-    strip_port: bool
-    step_s: float
-    fallback_node_exporter: bool
-
-
-@dataclass(frozen=True)
-class InfluxDBSettings:
-    query_language: str
-    database: str
-    retention_policy: str
-    org: str
-    auth_scheme: str
-    username: str
-    host_tag: str
-    cpu_measurement: str
-    cpu_field: str
-    cpu_field_is_idle: bool
-    cpu_filter: str
-    memory_measurement: str
-    memory_field: str
-    memory_filter: str
-    scale: float
-    read_capacity: bool
-
-
-@dataclass(frozen=True)
-class KubeSettings:
-    config: str
-    context: str
-    percent_of: str
-    page_size: int
-    node_list_interval_s: float
-
-
-@dataclass(frozen=True)
 class AnalysisSettings:
     stale_after_s: float
     frozen_after_s: float
@@ -100,29 +67,27 @@ class LogSettings:
 
 @dataclass(frozen=True)
 class Settings:
-    """The effective configuration, every value typed and validated."""
+    """The effective configuration, every value typed and validated.
+
+    The providers' sections are in ``sections`` by name, also readable as attributes
+    (``settings.prometheus``) like config's own; typed code uses ``section()``.
+    """
 
     server: ServerSettings
     journal: JournalSettings
     poll: PollSettings
     provider: ProviderSettings
-    prometheus: PrometheusSettings
     log: LogSettings
     analysis: AnalysisSettings
     corroborate: CorroborateSettings
-    influxdb: InfluxDBSettings
-    kube: KubeSettings
+    sections: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
+    def section(self, section: Section[S]) -> S:
+        return cast(S, self.sections[section.name])
 
-_SECTIONS: dict[str, type[Any]] = {
-    "server": ServerSettings,
-    "journal": JournalSettings,
-    "poll": PollSettings,
-    "provider": ProviderSettings,
-    "prometheus": PrometheusSettings,
-    "log": LogSettings,
-    "analysis": AnalysisSettings,
-    "corroborate": CorroborateSettings,
-    "influxdb": InfluxDBSettings,
-    "kube": KubeSettings,
-}
+    def __getattr__(self, name: str) -> Any:
+        # Only called for names that are not fields; vars() avoids recursing before __init__.
+        sections = vars(self).get("sections", {})
+        if name in sections:
+            return sections[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

@@ -1,7 +1,9 @@
 """The engine: runs the poll cycle, keeps the published snapshot and its bodies, counts.
 
-``cycle`` holds ``Engine`` (restore at start, one poll cycle, persistence, health),
-``published`` the snapshot rendered to response bodies, ``selfmetrics`` the service's own
+``cycle`` holds ``Engine`` (the state, one poll cycle, the loop) and its collaborators sit
+beside it: ``restore`` (at start), ``persistence`` (journal writes, catch-up, the WAL fold),
+``corroborating`` (the second provider), ``transitions`` (each change logged once).
+``published`` is the snapshot rendered to response bodies, ``selfmetrics`` the service's own
 Prometheus metrics.
 """
 

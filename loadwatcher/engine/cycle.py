@@ -1,17 +1,14 @@
-"""The poll cycle: fetch → store → rollups and analysis → journal → publish.
+"""The engine and its poll cycle: fetch → store → rollups and analysis → journal → publish.
 
 ``Engine.cycle(now)`` runs one cycle and is what tests drive; ``Engine.run(stop)`` repeats
-it every ``poll.interval_s`` (minus the time the cycle took) until ``stop`` is set. Cycles
-never overlap. CPU-heavy work (rollups, rendering) runs in a worker thread so the event
-loop keeps answering requests.
+it every ``poll_interval_s`` (less the time the cycle took) until ``stop`` is set. Cycles
+never overlap. CPU-heavy work (merging samples, rollups, rendering) runs in worker threads
+so that the event loop keeps answering requests. A cycle cancelled at shutdown is
+abandoned, but never in the middle of its journal transaction.
 
-Persistence never stops the service: when a journal write fails (disk full, read-only, I/O
-error) the cycle is still published, the failure shows in health, and the samples of that
-cycle are kept and written by the next write that succeeds (bounded by the retention), so
-nothing fetched while the disk was in trouble is missing from the file once it is back. A
-journal that could not be opened at start is opened again at each cycle until it works.
-A cycle cancelled at shutdown is abandoned, but never in the middle of its journal
-transaction.
+``Engine`` owns the state; its collaborators each do one part: ``restore`` (at start),
+``persistence`` (the journal), ``corroborating`` (the second opinion), ``transitions``
+(logging each change once).
 """
 
 from __future__ import annotations
@@ -24,21 +21,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from loadwatcher import allocator
-from loadwatcher.engine import published
+from loadwatcher.engine import published, restore
+from loadwatcher.engine.corroborating import CorroboratingSource
+from loadwatcher.engine.persistence import Persistence
 from loadwatcher.engine.published import Published
 from loadwatcher.engine.selfmetrics import SelfMetrics, State
+from loadwatcher.engine.transitions import TransitionLog
 from loadwatcher.errors import JournalError, ProviderError
 from loadwatcher.journal.sqlite import Journal
-from loadwatcher.model import WINDOWS, Columns, FetchResult, Resource
-from loadwatcher.pipeline import analysis, corroboration, health, rollups, snapshot
+from loadwatcher.model import Columns, FetchResult, Resource
+from loadwatcher.pipeline import analysis, corroboration, health, snapshot
 from loadwatcher.pipeline.analysis import Quality
 from loadwatcher.pipeline.snapshot import Snapshot
 from loadwatcher.pipeline.store import AddResult, SampleStore
 from loadwatcher.providers.base import Provider
-from loadwatcher.words import plural
 
 log = logging.getLogger("loadwatcher.engine")
 
@@ -68,7 +65,7 @@ class Engine:
         metric_names: dict[Resource, str],
         clock: Callable[[], float] = time.time,
         metrics: SelfMetrics | None = None,
-        second: Provider | None = None,
+        corroborating: Provider | None = None,
     ) -> None:
         self.provider = provider
         self.journal = journal
@@ -78,88 +75,42 @@ class Engine:
         self.store = SampleStore()
         self.current: Published | None = None
         self.node_info: dict[str, dict[str, str]] = {}
+        self.known_nodes: frozenset[str] = frozenset()
+        self.report = analysis.Report({})
         self.provider_status = health.ProviderStatus(provider.source)
         self.journal_status = health.JournalStatus(journal.path if journal else None)
-        self.report = analysis.Report({})
-        self.known_nodes: frozenset[str] = frozenset()
         self.metrics = metrics or SelfMetrics()
         self.metrics.watch(self._metrics_state)
-        self._last_reasons: frozenset[str] = frozenset()
-        self._last_bad: dict[str, str] = {}  # node -> quality, for nodes not ok
-        self._last_nodes: frozenset[str] = frozenset()
-        # Corroboration: a second provider with a store of its own; never persisted.
-        self.second = second
-        self.second_store = SampleStore()
-        self.second_error: str | None = None
-        # Samples fetched but not yet in the journal (its last writes failed), by store id.
-        self._unpersisted = _no_samples()
-        self._maintenance: asyncio.Future[None] | None = None
-        self._fold_error: str | None = None
+        self.corroborating = CorroboratingSource(corroborating) if corroborating else None
+        self._persistence = (
+            Persistence(journal, self.journal_status, self.metrics) if journal else None
+        )
+        self._transitions = TransitionLog()
+        self._idle_work: asyncio.Future[None] | None = None
 
     # -- start-up ---------------------------------------------------------------------
 
     async def recover(self) -> None:
-        """Serve the journal's last snapshot at once, then hold its samples.
-
-        After a clean stop the journal holds the whole snapshot, served before the samples
-        are loaded. After a crash it holds the last cycle's recipe (time, tags, node
-        facts): the samples are loaded first and the windows rebuilt from them.
-        """
-        if self.journal is None:
+        """Serve the journal's last snapshot at once, then hold its samples."""
+        if self._persistence is None:
             return
         try:
-            await self._open_journal()
-            body = await self.journal.load_snapshot()
-            restored: Snapshot | snapshot.Recipe | None = None
-            if body is not None:
-                try:
-                    restored = await asyncio.to_thread(snapshot.from_journal, body)
-                except ValueError as exc:
-                    log.warning("journal snapshot unreadable, ignoring it: %s", exc)
-            if isinstance(restored, Snapshot):
-                await self._serve_restored(restored)
-            keep_from = self.clock() - self.options.retention_s
-            since = keep_from
-            if isinstance(restored, snapshot.Recipe):
-                # The samples the snapshot was made from, even those out of retention by now.
-                since = min(since, restored.taken_at - self.options.retention_s)
-            recovered = await self.journal.load_samples(since)
-            await asyncio.to_thread(self.store.load, recovered.keys, recovered.samples)
-            if isinstance(restored, snapshot.Recipe):
-                snap = await asyncio.to_thread(
-                    restored.build, self.store.columns, list(self.store.keys)
-                )
-                await self._serve_restored(snap)
-                self.store.trim(keep_from)
-            log.info(
-                "recovered %s of %s from the journal",
-                plural(len(self.store.columns), "sample"),
-                plural(len(recovered.keys), "series", "series"),
+            await self._persistence.open()
+            await restore.restore(
+                self._persistence.journal,
+                self.store,
+                self.clock,
+                self.options.retention_s,
+                self._serve_restored,
             )
         except JournalError as exc:
-            # Serve from memory; each cycle tries to open the journal again (see _persist).
-            self._journal_failed(exc)
-            await self.journal.close()
+            # Serve from memory; each cycle's write tries to open the journal again.
+            self._persistence.failed(exc)
+            await self._persistence.journal.close()
 
     async def _serve_restored(self, snap: Snapshot) -> None:
         self.current = await asyncio.to_thread(published.publish, snap)
         self.node_info = dict(snap.node_info)
-        log.info(
-            "serving the journal's snapshot from %.0f s ago (%s)",
-            self.clock() - snap.taken_at,
-            plural(len(snap.nodes), "node"),
-        )
-
-    async def _open_journal(self) -> None:
-        assert self.journal is not None
-        report = await self.journal.open()
-        self.journal_status.quarantined = report.quarantined
-        if report.quarantined:
-            log.error(
-                "journal %s was corrupt; moved aside to %s and started a new one",
-                self.journal.path,
-                report.quarantined,
-            )
 
     # -- one cycle --------------------------------------------------------------------
 
@@ -176,16 +127,16 @@ class Engine:
     async def _cycle(self, now: float) -> None:
         started = time.perf_counter()
         status = self.provider_status
-        await self.settle()
+        await self.wait_idle_work()
         outcome, _ = await asyncio.gather(
             self.provider.fetch(now, self.store.newest()),
-            self._fetch_second(now),
+            self._fetch_corroborating(now),
             return_exceptions=True,
         )
         if isinstance(outcome, ProviderError):
             status.ok, status.error, status.error_kind = False, str(outcome), str(outcome.kind)
             self.metrics.provider_errors.labels(str(outcome.kind)).inc()
-            await self._retag(now)
+            await self._retag_last_snapshot(now)
             self._log_health(now)
             return
         if isinstance(outcome, BaseException):
@@ -197,97 +148,43 @@ class Engine:
         status.notices = list(result.notices)
         for err in result.errors:
             self.metrics.provider_errors.labels(str(err.kind)).inc()
-        # A worker thread: the cold start merges ~700,000 samples at 5,000 nodes (~70 ms).
+        # A worker thread: a cold start merges every sample of the retention.
         added = await asyncio.to_thread(self._ingest, result, now)
-        self._count(added)
+        self._count_samples(added)
         self.node_info.update(result.node_info)
         if result.known_nodes:
             self.known_nodes = result.known_nodes
-        snap, blob = await asyncio.to_thread(self._compute, now)
-        # The journal holds the snapshot, not its rendered body, so the write (SQLite runs
-        # without the GIL) overlaps the rendering and compression. The snapshot's bytes
-        # are made before, in the same thread: beside the rendering they fought it for
-        # the GIL (render+gzip 30 ms alone, ~60 ms beside them at 5,000 nodes).
-        persist = asyncio.ensure_future(self._persist(added.added, blob, snap.taken_at, now))
+        snap, body = await asyncio.to_thread(self._build_snapshot, now)
+        # The journal gets the snapshot without its windows, not the rendered body, so the
+        # write (SQLite releases the GIL) overlaps the rendering and compression. Its bytes
+        # are made before, with the rollups: beside the rendering they would fight it for
+        # the GIL.
+        persist = asyncio.ensure_future(self._persist(added.added, body, snap.taken_at, now))
         try:
             pub = await asyncio.shield(asyncio.to_thread(published.publish, snap))
             await asyncio.shield(persist)
         except asyncio.CancelledError:
-            # Shutdown gave up on this cycle: let its transaction finish (milliseconds)
-            # rather than cut it half-way, then abandon the cycle.
+            # Shutdown gave up on this cycle: let its short transaction finish rather than
+            # cut it half-way, then abandon the cycle.
             await persist
             raise
         self.current = pub
-        self._maintenance = asyncio.ensure_future(self._after_cycle())
+        self._idle_work = asyncio.ensure_future(self._do_idle_work())
         self._log_quality()
         self._log_health(now)
         self.metrics.poll_duration.observe(time.perf_counter() - started)
+
+    async def _fetch_corroborating(self, now: float) -> None:
+        if self.corroborating is not None:
+            await self.corroborating.fetch(now, keep_from=now - self.options.retention_s)
 
     def _ingest(self, result: FetchResult, now: float) -> AddResult:
         return self.store.add(
             [*result.series, *result.batches], keep_from=now - self.options.retention_s
         )
 
-    async def settle(self) -> None:
-        """Wait for the work a cycle leaves for the idle time after it (the WAL fold and
-        giving freed memory back)."""
-        # Taken before awaiting: work that failed is reported to one cycle, not to all.
-        work, self._maintenance = self._maintenance, None
-        if work is not None:
-            await work
-
-    async def _after_cycle(self) -> None:
-        """Idle-time work: fold the WAL, then return the cycle's freed memory to the system
-        (malloc_trim takes 2-4 ms at 5,000 nodes: off the event loop, after the cycle)."""
-        await self._fold_wal()
-        await asyncio.to_thread(allocator.trim)
-
-    async def _fold_wal(self) -> None:
-        """The cycle's WAL into the main file, in the idle time before the next poll (it
-        copies megabytes at 5,000 nodes: inside the commit it doubled the write, next to
-        the fetch it took CPU from a co-located backend)."""
-        if self.journal is None or not self.journal.is_open:
-            return
-        try:
-            await self.journal.fold_wal()
-        except JournalError as exc:
-            # The file cannot grow (disk full, I/O error): commits still land in the WAL
-            # while it has room, but the next ones will fail; say so now.
-            self._fold_error = str(exc)
-            self._journal_failed(exc)
-            return
-        if self._fold_error is not None:
-            self._fold_error = None
-            self._journal_recovered()
-
-    async def _fetch_second(self, now: float) -> None:
-        if self.second is None:
-            return
-        try:
-            result = await self.second.fetch(now, self.second_store.newest())
-        except ProviderError as exc:
-            if self.second_error is None:
-                log.warning("corroborating provider failed: %s", exc)
-            self.second_error = str(exc)
-            return
-        if self.second_error is not None:
-            log.info("corroborating provider answers again")
-        self.second_error = None
-        self.second_store.add(
-            [*result.series, *result.batches], keep_from=now - self.options.retention_s
-        )
-
-    def _disagreeing(self, now: float) -> dict[str, set[Resource]]:
-        if self.second is None or self.second_error is not None:
-            return {}
-        _, end = rollups.window_bounds(now, WINDOWS[0])
-        return corroboration.disagreeing(
-            corroboration.averages(self.store.columns, list(self.store.keys), end),
-            corroboration.averages(self.second_store.columns, list(self.second_store.keys), end),
-            self.options.corroborate_threshold_pct,
-        )
-
     def _analyse(self, now: float) -> analysis.Report:
+        corroborating = self.corroborating
         return analysis.analyse(
             list(self.store.keys),
             self.store.columns,
@@ -295,10 +192,12 @@ class Engine:
             now,
             self.options.thresholds,
             self.known_nodes,
-            self._disagreeing(now),
+            corroborating.disagreeing(self.store, now, self.options.corroborate_threshold_pct)
+            if corroborating is not None
+            else {},
         )
 
-    def _compute(self, now: float) -> tuple[Snapshot, bytes | None]:
+    def _build_snapshot(self, now: float) -> tuple[Snapshot, bytes | None]:
         """The snapshot at ``now``, and its journal form when there is a journal."""
         self.report = self._analyse(now)
         snap = snapshot.build(
@@ -310,9 +209,10 @@ class Engine:
             self.report.tags,
             dict(self.node_info),
         )
-        return snap, snapshot.to_journal(snap) if self.journal is not None else None
+        body = snapshot.encode_without_windows(snap) if self._persistence is not None else None
+        return snap, body
 
-    async def _retag(self, now: float) -> None:
+    async def _retag_last_snapshot(self, now: float) -> None:
         """Provider outage: keep the last rollups and their time, refresh the quality tags."""
         if self.current is None:
             return
@@ -322,53 +222,27 @@ class Engine:
         self._log_quality()
 
     async def _persist(
-        self, added: Columns, blob: bytes | None, taken_at: float, now: float
+        self, added: Columns, body: bytes | None, taken_at: float, now: float
     ) -> None:
-        """Write this cycle, and whatever earlier failed writes left, in one transaction."""
-        if self.journal is None or blob is None:
+        if self._persistence is None or body is None:
             return
         trim_before = now - self.options.retention_s
-        pending = self._pending(added, trim_before)
-        try:
-            if not self.journal.is_open:
-                await self._open_journal()  # it failed at start; the disk may be back
-            started = time.perf_counter()
-            await self.journal.write_cycle(
-                list(self.store.keys), pending, trim_before, blob, taken_at
-            )
-        except JournalError as exc:
-            self._unpersisted = pending
-            self._journal_failed(exc)
-            return
-        self._unpersisted = _no_samples()
-        self.metrics.journal_write.observe(time.perf_counter() - started)
-        if self._fold_error is None:
-            self._journal_recovered(f" ({plural(len(pending) - len(added), 'sample')} caught up)")
+        await self._persistence.write(list(self.store.keys), added, body, taken_at, trim_before)
 
-    def _pending(self, added: Columns, trim_before: float) -> Columns:
-        """This cycle's samples plus those earlier writes failed to persist, in retention."""
-        if len(self._unpersisted) == 0:
-            return added
-        old = self._unpersisted
-        keep = old.ts >= trim_before
-        return Columns(
-            np.concatenate((old.sid[keep], added.sid)),
-            np.concatenate((old.ts[keep], added.ts)),
-            np.concatenate((old.val[keep], added.val)),
-        )
+    async def wait_idle_work(self) -> None:
+        """Wait for the work the last cycle left for the idle time before the next one:
+        folding the journal's WAL and giving freed memory back to the system."""
+        # Taken before awaiting: work that failed is reported to one cycle, not to all.
+        work, self._idle_work = self._idle_work, None
+        if work is not None:
+            await work
 
-    def _journal_recovered(self, detail: str = "") -> None:
-        if not self.journal_status.ok and self.journal is not None:
-            log.info("journal %s writable again; persistence resumed%s", self.journal.path, detail)
-        self.journal_status.ok, self.journal_status.error = True, None
+    async def _do_idle_work(self) -> None:
+        if self._persistence is not None:
+            await self._persistence.fold_wal()
+        await asyncio.to_thread(allocator.trim)  # off the event loop, after the cycle
 
-    def _journal_failed(self, exc: JournalError) -> None:
-        self.metrics.journal_errors.inc()
-        if self.journal_status.ok:
-            log.error("%s; serving from memory without persistence", exc)
-        self.journal_status.ok, self.journal_status.error = False, str(exc)
-
-    def _count(self, added: AddResult) -> None:
+    def _count_samples(self, added: AddResult) -> None:
         self.metrics.samples_ingested.inc(len(added.added))
         for reason, n in added.dropped.items():
             if n:
@@ -383,36 +257,10 @@ class Engine:
         return State(counts, snap.taken_at if snap else None)
 
     def _log_quality(self) -> None:
-        """Log each node's quality change once, when it happens.
+        self._transitions.quality(self.report)
 
-        Works from the nodes that are not ok (few, normally) and the set of all nodes, so
-        a healthy 5,000-node cycle costs two set operations, not a dict of every node.
-        """
-        report = self.report
-        bad = {n: str(q) for q in report.by_quality if q != Quality.OK for n in report.nodes(q)}
-        present = frozenset(report.tags).union(report.nodes(Quality.MISSING))
-        before, was_present = self._last_bad, self._last_nodes
-        events: list[tuple[str, int, str, str]] = []
-        for node, quality in bad.items():
-            if before.get(node) != quality:
-                events.append((node, logging.WARNING, quality, ""))
-        for node, quality in before.items():
-            if node not in bad and node in present:
-                events.append((node, logging.INFO, "ok", quality))
-        for node in was_present - present:
-            events.append((node, logging.INFO, "", before.get(node, str(Quality.OK))))
-        for node, level, quality, was in sorted(events):
-            if level == logging.WARNING:
-                detail = report.tags.get(node, {}).get("detail", {})
-                parts = ", ".join(f"{r} {analysis.quality_words(q)}" for r, q in detail.items())
-                log.warning(
-                    "node %s %s%s", node, analysis.state_of(quality), f" ({parts})" if parts else ""
-                )
-            elif quality:
-                log.info("node %s recovered (was %s)", node, analysis.quality_words(was))
-            else:
-                log.info("node %s left the snapshot (was %s)", node, analysis.quality_words(was))
-        self._last_bad, self._last_nodes = bad, present
+    def _log_health(self, now: float) -> None:
+        self._transitions.health(self.health(now).body["reasons"])
 
     # -- health -------------------------------------------------------------------------
 
@@ -430,15 +278,6 @@ class Engine:
             missing_nodes=self.report.nodes(Quality.MISSING),
         )
 
-    def _log_health(self, now: float) -> None:
-        """Log each problem once when it appears and once when it clears."""
-        reasons = frozenset(self.health(now).body["reasons"])
-        for reason in sorted(reasons - self._last_reasons):
-            log.warning("%s", reason)
-        for reason in sorted(self._last_reasons - reasons):
-            log.info("recovered: %s", reason)
-        self._last_reasons = reasons
-
     # -- the loop ---------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -454,30 +293,13 @@ class Engine:
                 await asyncio.wait_for(stop.wait(), timeout=delay)
 
     async def close(self) -> None:
-        """Flush (samples a failed write left behind), leave the whole snapshot for the next
-        start, and close the journal, then the provider."""
-        await self.settle()
-        if self.journal is not None:
-            if len(self._unpersisted) and self.current is not None and self.journal.is_open:
-                snap = self.current.snapshot
-                blob = await asyncio.to_thread(snapshot.to_journal, snap)
-                await self._persist(_no_samples(), blob, snap.taken_at, self.clock())
-            if self.journal.is_open:
-                try:
-                    if self.current is not None:
-                        # The restart after a clean stop (a rolling update) serves this
-                        # before loading the samples; the cycles' recipes replace it.
-                        snap = self.current.snapshot
-                        whole = await asyncio.to_thread(snapshot.to_bytes, snap)
-                        await self.journal.write_snapshot(whole, snap.taken_at)
-                    await self.journal.checkpoint()
-                except JournalError as exc:
-                    log.warning("%s", exc)
-            await self.journal.close()
+        """Finish the idle-time work, leave the journal ready for the next start, then
+        close the providers."""
+        await self.wait_idle_work()
+        if self._persistence is not None:
+            last = self.current.snapshot if self.current else None
+            trim_before = self.clock() - self.options.retention_s
+            await self._persistence.close(last, list(self.store.keys), trim_before)
         await self.provider.close()
-        if self.second is not None:
-            await self.second.close()
-
-
-def _no_samples() -> Columns:
-    return Columns(np.empty(0, np.int64), np.empty(0, np.float64), np.empty(0, np.float64))
+        if self.corroborating is not None:
+            await self.corroborating.close()

@@ -1,12 +1,11 @@
 """A Snapshot rendered to response bytes, so that requests never compute on the event loop.
 
 The body every scheduler asks for — the default format of the default window — is rendered,
-gzip-compressed and hashed when the snapshot is published, in the cycle's worker thread
-(~26 ms at 5,000 nodes: ``renderbytes`` ~15 ms, ISA-L gzip ~9 ms, the ETag ~1 ms).
+gzip-compressed and hashed when the snapshot is published, in the cycle's worker thread.
 Every other body (another window, the KEP format, one node) is rendered at most once per
 snapshot, on first request, in a worker thread; concurrent first requests wait for the same
-rendering. At 5,000 nodes a body is ~10 MB of JSON: rendering all six window/format bodies
-eagerly cost ~1.3 s and ~100 MB per cycle for bodies that are rarely asked for.
+rendering. Rendering every window and format eagerly would cost each cycle a large share of
+its time and memory for bodies that are rarely asked for.
 """
 
 from __future__ import annotations
@@ -22,10 +21,9 @@ from loadwatcher.pipeline.snapshot import Snapshot
 from loadwatcher.wire import fastencode, formats
 from loadwatcher.wire.formats import Format
 
-# ISA-L's level 1 against zlib's level 6 on the 10.9 MB default body at 5,000 nodes: 8.5 ms
-# instead of 94 ms, for 1.26 MB instead of 1.13 MB (+11 %); zlib's level 1 takes 36 ms for
-# 1.43 MB. At 1,000 nodes: 1.6 ms / 253 kB against 18.7 ms / 227 kB. Clients only need valid
-# gzip, and a body is compressed once per snapshot whoever asks for it.
+# ISA-L's level 1 is about ten times faster than zlib's default level for a body about a
+# tenth larger: clients only need valid gzip, and a body is compressed once per snapshot
+# whoever asks for it.
 GZIP_LEVEL = 1
 
 BodyKey = tuple[str, Format, str | None]
@@ -43,7 +41,7 @@ class Body:
 def make_body(raw: bytes) -> Body:
     gz = igzip.compress(raw, GZIP_LEVEL, mtime=0)
     # The compressed bytes identify the body as well as the plain ones (compression is
-    # deterministic and lossless) and are ~9 times fewer to hash: 1 ms instead of 11 ms.
+    # deterministic and lossless) and are several times fewer to hash.
     digest = hashlib.blake2b(gz, digest_size=12).hexdigest()
     return Body(raw, gz, f'"{digest}"')
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from loadwatcher.engine import Engine
-from loadwatcher.http.prepared import VariantCache
+from loadwatcher.http.prepared import EncodingsCache
 
 ENGINE_KEY = web.AppKey("engine", Engine)
-VARIANTS_KEY = web.AppKey("variants", VariantCache)
+ENCODINGS_KEY = web.AppKey("encodings", EncodingsCache)

@@ -1,26 +1,26 @@
 """HTTP responses prepared once per body, written to the socket in one call.
 
-A published body is served thousands of times per snapshot, always with the same status
-line and headers but the ``Date``. aiohttp's ``web.Response`` rebuilds and serialises those
-headers for every request and joins them with the body into a new buffer; at 1,000 nodes
-(gzip body ~250 kB) that was ~65 µs of Python per request, more than the kernel's send
-(~45 µs). Here each body variant (identity, gzip) keeps its head bytes; once per second the
-head with the current ``Date`` and the body are joined, as bytes and as an anonymous memory
-file, and a response is one ``os.sendfile`` of that file (the kernel sends its pages
-without copying them, as nginx does), the rest, if the socket took only part, written
-through the transport. Measured at 1,000 nodes under wrk: ~30 µs user + ~33 µs system
-per request, from ~65 + ~45.
+A published body is served many times per snapshot, always with the same status line and
+headers but the ``Date``; aiohttp's ``web.Response`` builds and serialises them again for
+every request and joins them with the body into a new buffer. Here each encoding of a body
+keeps its head bytes; once per second the head with the current ``Date`` and the body are
+joined, as bytes and as an anonymous memory file, and a response is one ``os.sendfile`` of
+that file (the kernel sends its pages without copying them, as nginx does), whatever the
+socket did not take written through the transport. ``benchmarks/fastpaths.py`` measures it
+against ``web.Response`` (benchmarks/RESULTS.md).
 
-``PreparedResponse`` is the aiohttp side: a ``StreamResponse`` whose ``prepare`` writes
-those bytes to the transport (and waits while the transport is paused, as aiohttp's
-writer does). It serves HTTP/1.1 keep-alive requests only, the ones every scheduler and
-load generator sends; the caller gives other requests aiohttp's ordinary response. It runs
-no ``on_response_prepare`` signals: the app registers none.
+``PreparedResponse`` is the aiohttp side: a ``StreamResponse`` whose ``prepare`` writes those
+bytes to the transport. It answers HTTP/1.1 keep-alive requests, and only while aiohttp
+has the shape it relies on (``aiohttp_mismatch``, checked once); other requests get
+aiohttp's ordinary response. It runs no ``on_response_prepare`` signals: the app registers
+none.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
+import inspect
 import io
 import logging
 import os
@@ -29,6 +29,7 @@ import weakref
 from email.utils import formatdate
 from typing import TYPE_CHECKING
 
+import aiohttp
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http import SERVER_SOFTWARE
@@ -42,59 +43,6 @@ CONTENT_TYPE = "application/json"
 # A complete response (head + body) is cached per second up to this size; bigger bodies
 # (plain JSON at thousands of nodes) are written after their head without the extra copy.
 MAX_JOINED_BYTES = 4 << 20
-
-# -- Accept-Encoding ----------------------------------------------------------------------
-
-_GZIP_NAMES = frozenset({"gzip", "x-gzip"})
-_NEGOTIATED: dict[str, bool] = {}
-_NEGOTIATED_MAX = 64  # distinct header values remembered; clients send very few
-
-
-def _quality(params: list[str]) -> float:
-    for param in params:
-        name, _, value = param.partition("=")
-        if name.strip().lower() == "q":
-            try:
-                q = float(value.strip())
-            except ValueError:
-                return 0.0  # unreadable weight: treat the coding as not accepted
-            return q if 0.0 <= q <= 1.0 else 0.0
-    return 1.0
-
-
-def wants_gzip(header: str) -> bool:
-    """Whether to answer gzip to this ``Accept-Encoding`` (RFC 9110 §12.5.3, q-values).
-
-    gzip (or x-gzip, or ``*`` when gzip is not named) must have a weight above 0, and at
-    least the weight the client gives ``identity`` when it names it.
-    """
-    gzip_q: float | None = None
-    star_q: float | None = None
-    identity_q: float | None = None
-    for item in header.split(","):
-        coding, *params = item.split(";")
-        coding = coding.strip().lower()
-        if coding in _GZIP_NAMES:
-            gzip_q = max(gzip_q or 0.0, _quality(params))
-        elif coding == "*":
-            star_q = _quality(params)
-        elif coding == "identity":
-            identity_q = _quality(params)
-    q = gzip_q if gzip_q is not None else (star_q or 0.0)
-    return q > 0.0 and (identity_q is None or q >= identity_q)
-
-
-def accepts_gzip(header: str | None) -> bool:
-    """``wants_gzip``, remembered per header value (the same few strings on every request)."""
-    if not header:
-        return False
-    known = _NEGOTIATED.get(header)
-    if known is None:
-        if len(_NEGOTIATED) >= _NEGOTIATED_MAX:
-            _NEGOTIATED.clear()
-        known = _NEGOTIATED[header] = wants_gzip(header)
-    return known
-
 
 # -- Date -----------------------------------------------------------------------------------
 
@@ -110,10 +58,10 @@ def date_lines(second: int) -> bytes:
     return _date[1]
 
 
-# -- Variants -------------------------------------------------------------------------------
+# -- encodings of a body --------------------------------------------------------------------
 
 
-class Variant:
+class EncodedBody:
     """One encoding of a body: its ETag, its bytes and its response heads (no ``Date``)."""
 
     __slots__ = ("_joined", "etag", "head_200", "head_304", "payload")
@@ -131,7 +79,7 @@ class Variant:
         self._joined: tuple[int, bytes, io.FileIO | None] = (-1, b"", None)
 
     def matches(self, if_none_match: str | None) -> bool:
-        """Whether ``If-None-Match`` names this variant (or is ``*``): answer 304."""
+        """Whether ``If-None-Match`` names this encoding (or is ``*``): answer 304."""
         if if_none_match is None:
             return False
         if if_none_match.strip() == "*":
@@ -153,38 +101,106 @@ class Variant:
         return PreparedResponse(200, self._joined[1], spool=self._joined[2])
 
 
-class Variants:
-    """The identity and gzip variants of one body (the gzip ETag gets a ``-gzip`` suffix)."""
+class BodyEncodings:
+    """The identity and gzip encodings of one body (the gzip ETag gets a ``-gzip`` suffix)."""
 
     __slots__ = ("gzip", "identity")
 
     def __init__(self, raw: bytes, gz: bytes, etag: str) -> None:
-        self.identity = Variant(raw, etag, None)
-        self.gzip = Variant(gz, etag[:-1] + '-gzip"', "gzip")
+        self.identity = EncodedBody(raw, etag, None)
+        self.gzip = EncodedBody(gz, etag[:-1] + '-gzip"', "gzip")
 
 
-class VariantCache:
-    """The ``Variants`` of each published body, built on its first request (microseconds, on
-    the event loop) and dropped when the body is: the engine publishes bodies, only the
-    HTTP side knows their response heads."""
+class EncodingsCache:
+    """The ``BodyEncodings`` of each published body, built on its first request (on the
+    event loop: a few header strings) and dropped when the body is: the engine publishes
+    bodies, only the HTTP side knows their response heads."""
 
     def __init__(self) -> None:
-        self._by_body: dict[int, Variants] = {}
+        self._by_body: dict[int, BodyEncodings] = {}
 
-    def __call__(self, body: Body) -> Variants:
-        variants = self._by_body.get(id(body))
-        if variants is None:
-            variants = self._by_body[id(body)] = Variants(body.raw, body.gz, body.etag)
+    def __call__(self, body: Body) -> BodyEncodings:
+        encodings = self._by_body.get(id(body))
+        if encodings is None:
+            encodings = self._by_body[id(body)] = BodyEncodings(body.raw, body.gz, body.etag)
             weakref.finalize(body, self._by_body.pop, id(body), None)
-        return variants
+        return encodings
 
 
 # -- aiohttp ----------------------------------------------------------------------------------
 
 
+# How aiohttp's server drives a response, beyond its documented API, as a prepared response
+# relies on it: ``RequestHandler.finish_response`` calls ``prepare`` then ``write_eof`` and
+# reads ``keep_alive``, writing nothing itself; the request hands over its transport and the
+# stream writer to wait on. (module, class, coroutine method, its parameters)
+_COROUTINES = (
+    ("aiohttp.web_response", "StreamResponse", "prepare", ("self", "request")),
+    ("aiohttp.web_response", "StreamResponse", "write_eof", ("self", "data")),
+    ("aiohttp.http_writer", "StreamWriter", "drain", ("self",)),
+    (
+        "aiohttp.web_protocol",
+        "RequestHandler",
+        "finish_response",
+        ("self", "request", "resp", "start_time"),
+    ),
+)
+_PROPERTIES = (
+    (web.StreamResponse, "keep_alive"),
+    (web.BaseRequest, "transport"),
+    (web.BaseRequest, "writer"),
+    (web.BaseRequest, "version"),
+    (web.BaseRequest, "keep_alive"),
+)
+# PreparedResponse's own attributes: aiohttp's response must not have them.
+_OWN_ATTRIBUTES = ("_data", "_tail", "_spool")
+
+_fits: bool | None = None  # decided by the first ``check_aiohttp``
+
+
+def aiohttp_mismatch() -> str | None:
+    """What a prepared response relies on that the installed aiohttp lacks (None: nothing)."""
+    for module_name, class_name, method, params in _COROUTINES:
+        try:
+            fn = getattr(getattr(importlib.import_module(module_name), class_name), method)
+        except (ImportError, AttributeError):
+            return f"no {class_name}.{method}"
+        if not inspect.iscoroutinefunction(fn):
+            return f"{class_name}.{method} is not a coroutine function"
+        found = tuple(inspect.signature(fn).parameters)
+        if found != params:
+            return f"{class_name}.{method} takes ({', '.join(found)}), not ({', '.join(params)})"
+    for owner, name in _PROPERTIES:
+        attr = inspect.getattr_static(owner, name, None)
+        if attr is None or inspect.isroutine(attr) or not hasattr(type(attr), "__get__"):
+            return f"{owner.__name__}.{name} is not a property"
+    response = web.StreamResponse()
+    taken = [n for n in _OWN_ATTRIBUTES if hasattr(response, n) or hasattr(type(response), n)]
+    if taken:
+        return f"StreamResponse has attributes of its own named {', '.join(taken)}"
+    return None
+
+
+def check_aiohttp() -> bool:
+    """Whether prepared responses may be used: decided once, and logged if not."""
+    global _fits
+    if _fits is None:
+        mismatch = aiohttp_mismatch()
+        if mismatch is not None:
+            log.warning(
+                "aiohttp %s is not shaped as prepared responses expect (%s): every response "
+                "is built by aiohttp instead",
+                aiohttp.__version__,
+                mismatch,
+            )
+        _fits = mismatch is None
+    return _fits
+
+
 def can_prepare(request: web.BaseRequest) -> bool:
-    """HTTP/1.1 with keep-alive: the only requests a prepared response answers."""
-    return request.version == (1, 1) and request.keep_alive
+    """HTTP/1.1 with keep-alive, while aiohttp fits: the requests a prepared response answers."""
+    fits = _fits if _fits is not None else check_aiohttp()
+    return fits and request.version == (1, 1) and request.keep_alive
 
 
 class PreparedResponse(web.StreamResponse):
@@ -232,7 +248,7 @@ _spooling = hasattr(os, "memfd_create") and hasattr(os, "sendfile")
 def _spool(data: bytes) -> io.FileIO | None:
     """``data`` in an anonymous memory file, for ``os.sendfile`` (None where there is none).
 
-    A new file per second and variant, never rewritten: the kernel may still be sending
+    A new file per second and encoding, never rewritten: the kernel may still be sending
     the pages of an older one. It closes when the last response holding it is gone.
     """
     global _spooling
@@ -257,10 +273,10 @@ def _spool(data: bytes) -> io.FileIO | None:
 def _sendfile(transport: asyncio.Transport, spool: io.FileIO, size: int) -> int:
     """Send the start of ``spool`` straight from its pages; returns the bytes sent.
 
-    The copy into the socket was ~15 µs of the kernel's ~50 µs per 250 kB response (what
-    nginx saves with sendfile too). Only on a plain TCP transport with nothing buffered
-    (the bytes must go out in order, and TLS must encrypt them); the caller writes
-    whatever is left through the transport, which also meets any socket error.
+    It saves the kernel copying the body into the socket (what nginx saves with sendfile
+    too). Only on a plain TCP transport with nothing buffered (the bytes must go out in
+    order, and TLS must encrypt them); the caller writes whatever is left through the
+    transport, which also meets any socket error.
     """
     if transport.get_write_buffer_size() or transport.get_extra_info("sslcontext") is not None:
         return 0

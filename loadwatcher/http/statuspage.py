@@ -9,15 +9,13 @@ the whole fleet on one laptop screen (500 nodes fit). Every value from the snaps
 provider is escaped (``html.escape``); the Content-Security-Policy forbids scripts anyway.
 
 Rendering is a pure function of (snapshot, health body, options, now), run in a worker
-thread: about 25 ms at 500 nodes and 250 ms at 5,000 (a 4 MB page, sent gzip-compressed).
+thread: at thousands of nodes the page is large (it is sent gzip-compressed).
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 import time
-from dataclasses import dataclass, field
 from html import escape
 from importlib import resources
 from string import Template
@@ -26,9 +24,19 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from loadwatcher import __version__, quantity
+from loadwatcher import __version__
 from loadwatcher.http.appkeys import ENGINE_KEY
-from loadwatcher.model import WINDOWS, Operator, Resource
+from loadwatcher.http.statusrows import (
+    BANDS,
+    QUALITY_ORDER,
+    SORTS,
+    Cell,
+    Row,
+    band,
+    rows,
+    select,
+)
+from loadwatcher.model import WINDOWS, Resource
 from loadwatcher.pipeline.snapshot import Snapshot
 from loadwatcher.words import plural
 
@@ -37,114 +45,14 @@ _HERE = resources.files("loadwatcher.http")
 _PAGE = Template(_HERE.joinpath("statuspage.html").read_text(encoding="utf-8").rstrip("\n"))
 _CSS = _HERE.joinpath("statuspage.css").read_text(encoding="utf-8")
 
-SORTS = ("name", "quality", "cpu", "memory")
 MAX_FILTER = 253
 MIN_REFRESH_S = 5
-# Upper bounds (percent) of the colour bands l0..l5; the last band is everything above.
-BANDS = (20.0, 40.0, 60.0, 75.0, 90.0)
-_QUALITY_ORDER = ("missing", "stale", "frozen", "low_coverage", "disagrees", "ok")
 _LABELS = {Resource.CPU: "CPU", Resource.MEMORY: "Memory"}
 _HEADERS = {
     "Cache-Control": "no-cache",
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'",
     "X-Content-Type-Options": "nosniff",
 }
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One node, resource and window: the statistics shown in a cell (percent)."""
-
-    avg: float
-    p95: float
-    max: float
-    std: float
-    count: int
-
-
-@dataclass
-class Row:
-    node: str
-    quality: str
-    last_sample: float | None
-    cells: dict[tuple[Resource, str], Cell] = field(default_factory=dict)
-    capacity: str = ""
-
-    def longest(self, resource: Resource) -> Cell | None:
-        """The cell of the longest window that has data (15m, else 10m, else 5m)."""
-        for window in reversed(WINDOWS):
-            cell = self.cells.get((resource, window.name))
-            if cell is not None:
-                return cell
-        return None
-
-
-def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
-    """``node-2`` before ``node-10``, ``10.0.0.9`` before ``10.0.0.10``."""
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", name) if p)
-
-
-def capacity_text(info: dict[str, str]) -> str:
-    """``"8 cores · 31.2 GiB"`` from the provider's capacity metadata ('' when unknown)."""
-    parts = []
-    try:
-        if "capacity.cpu" in info:
-            cores = quantity.parse_quantity(info["capacity.cpu"]).milli_value() / 1000
-            parts.append(f"{cores:g} cores")
-        if "capacity.memory" in info:
-            gib = quantity.parse_quantity(info["capacity.memory"]).value() / 2**30
-            parts.append(f"{gib:.1f} GiB")
-    except ValueError:
-        return ""
-    return " · ".join(parts)
-
-
-def band(value: float) -> int:
-    """Colour band 0..5 of a utilisation percent."""
-    return sum(value >= bound for bound in BANDS)
-
-
-def rows(snap: Snapshot) -> list[Row]:
-    """One row per node that has samples in some window or tags from the analyser."""
-    cells: dict[str, dict[tuple[Resource, str], Cell]] = {}
-    for window in WINDOWS:
-        stats = snap.windows[window.name]
-        avg, p95, mx, std = (
-            stats.values[op].tolist()
-            for op in (Operator.AVG, Operator.P95, Operator.MAX, Operator.STD)
-        )
-        counts = stats.count.tolist()
-        for i, sid in enumerate(stats.sids.tolist()):
-            node, resource = snap.keys[sid]
-            cell = Cell(avg[i], p95[i], mx[i], std[i], counts[i])
-            cells.setdefault(node, {})[(resource, window.name)] = cell
-    out = []
-    for node in sorted(set(cells) | set(snap.tags), key=natural_key):
-        tags = snap.tags.get(node, {})
-        last = tags.get("lastSample")
-        out.append(
-            Row(
-                node=node,
-                quality=str(tags.get("quality", "ok" if node in cells else "missing")),
-                last_sample=float(last) if isinstance(last, int | float) else None,
-                cells=cells.get(node, {}),
-                capacity=capacity_text(snap.node_info.get(node, {})),
-            )
-        )
-    return out
-
-
-def select(all_rows: list[Row], sort: str, query: str) -> list[Row]:
-    """Filter by substring (case-insensitive) and sort; busiest or worst first."""
-    needle = query.lower()
-    chosen = [r for r in all_rows if needle in r.node.lower()] if needle else list(all_rows)
-    if sort == "quality":
-        rank = {q: i for i, q in enumerate(_QUALITY_ORDER)}
-        chosen.sort(key=lambda r: rank.get(r.quality, 0))
-    elif sort in ("cpu", "memory"):
-        resource = Resource.CPU if sort == "cpu" else Resource.MEMORY
-        chosen.sort(key=lambda r: -(c.avg if (c := r.longest(resource)) else -1.0))
-    return chosen
 
 
 def _ago(seconds: float | None) -> str:
@@ -192,7 +100,7 @@ def _summary(health: dict[str, Any], snap: Snapshot | None, all_rows: list[Row])
     for row in all_rows:
         counts[row.quality] = counts.get(row.quality, 0) + 1
     quality = " ".join(
-        f"{_badge(q)}&nbsp;{counts[q]}" for q in reversed(_QUALITY_ORDER) if q in counts
+        f"{_badge(q)}&nbsp;{counts[q]}" for q in reversed(QUALITY_ORDER) if q in counts
     )
     source = escape(str(prov.get("name", "")))  # as configured, like health and the log
     age = snap_info.get("ageSeconds")

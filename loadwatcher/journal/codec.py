@@ -2,7 +2,8 @@
 
 A chunk is (file series id int64, time float64, value float64) of equal length. Decoding
 concatenates chunks in file order; ``last_of_each`` restores (series, time) order and keeps
-the last written of duplicate (series, time) pairs.
+the last written of duplicate (series, time) pairs; ``samples_since`` does both and maps
+file series ids to the store's.
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ def last_of_each(sid: np.ndarray, ts: np.ndarray, val: np.ndarray) -> Columns:
     already written (the store of this run did not know them).
     """
     # Chunks are written cycle after cycle, so a series' samples are normally in time order
-    # in the file already: a stable sort by series alone (runs of sorted chunks, ~1 ms at
-    # 5,000 nodes) then gives (series, time) order; lexsort took ~20 ms. Checked, not assumed.
+    # in the file already: a stable sort by series alone (cheap on runs of sorted chunks)
+    # then gives (series, time) order, much faster than a lexsort. Checked, not assumed.
     order = np.argsort(sid, kind="stable")
     sid, ts_sorted = sid[order], ts[order]
     same = sid[1:] == sid[:-1]
@@ -77,3 +78,28 @@ def last_of_each(sid: np.ndarray, ts: np.ndarray, val: np.ndarray) -> Columns:
     if bool(last.all()):
         return Columns(sid, ts, val)
     return Columns(sid[last], ts[last], val[last])
+
+
+def samples_since(rows: list[Any], ids: np.ndarray, since: float) -> Columns:
+    """The chunk rows' samples not older than ``since``, in store ids (``ids[i]`` is the file
+    id of store series ``i``) and (series, time) order; ValueError if a chunk is torn."""
+    fid, ts, val = decode(rows)
+    if fid.shape[0] == 0 or ids.shape[0] == 0:
+        empty = np.empty(0, np.float64)
+        return Columns(np.empty(0, np.int64), empty, empty.copy())
+    # Ids are dense 0..n-1 as written; map through a lookup anyway in case of gaps, and drop
+    # samples of series the file does not list (it never writes such) or of a resource this
+    # version does not know. One mask, one copy: every copy of the columns is memory a
+    # fresh process must fault in.
+    keep = ts >= since
+    if np.array_equal(ids, np.arange(ids.shape[0])):
+        sid = fid
+        keep &= (fid >= 0) & (fid < ids.shape[0])
+    else:
+        lookup = np.full(max(int(ids.max()), int(fid.max())) + 1, -1, np.int64)
+        lookup[ids] = np.arange(ids.shape[0])
+        sid = lookup[np.clip(fid, 0, None)]
+        keep &= (fid >= 0) & (sid >= 0)
+    if not bool(keep.all()):
+        sid, ts, val = sid[keep], ts[keep], val[keep]
+    return last_of_each(sid, ts, val)

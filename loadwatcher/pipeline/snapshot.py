@@ -1,4 +1,4 @@
-"""The immutable result of one poll cycle, and its journal (de)serialisation."""
+"""The immutable result of one poll cycle, and its two journal forms."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from loadwatcher.model import WINDOWS, Columns, Operator, Resource, Window
 from loadwatcher.pipeline import rollups
 from loadwatcher.pipeline.rollups import WindowStats
 
-SNAPSHOT_FORMAT = 3
+WITHOUT_WINDOWS_FORMAT = 3
+WHOLE_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -65,30 +66,27 @@ def build(
     return Snapshot(now, source, tuple(keys), windows, dict(metric_names), tags, node_info)
 
 
-# Journal form (format 3): ``b"LWS3" | gzip(JSON)`` of what the snapshot is made of besides
-# the samples -- its time, source, metric names, quality tags and node facts. The rollups
-# are a pure function of the samples and that time, and the samples are in the journal
-# (the same transaction), so a restart rebuilds the very same windows from them. Writing
-# the windows themselves cost 3.4 MB per cycle at 5,000 nodes (twice over, with the WAL);
-# this is ~15 kB. At a clean shutdown the whole snapshot is written instead (format 2,
-# ``to_bytes``: the windows as raw arrays), so that the restart after a rolling update
-# serves before it loads the samples; a crash leaves the recipe. Format 1 (JSON), written
-# by older versions, is still read.
-_MAGIC = b"LWS3"
-_LEGACY_MAGIC = b"LWS2"
+# The two journal forms of a snapshot, told apart by their first four bytes:
+#
+# * without windows (format 3, ``LWS3`` | gzip(JSON)), written every cycle: the time,
+#   source, metric names, quality tags and node facts. The windows are a pure function of
+#   the samples and that time, and the samples go into the same journal transaction, so a
+#   restart rebuilds the very same windows; writing them every cycle would multiply the
+#   journal's write volume for nothing.
+# * whole (format 2, ``LWS2`` | u32 header length | JSON header | raw arrays), written once
+#   at a clean stop, so that the restart after a rolling update serves it before loading
+#   any sample.
+_WITHOUT_WINDOWS_MAGIC = b"LWS3"
+_WHOLE_MAGIC = b"LWS2"
 _HEADER = struct.Struct("<4sI")
 _INT = np.dtype("<i8")
 _FLOAT = np.dtype("<f8")
-# Written by journals before the snapshot went in alone:
-#   b"LWP1" | u32 len(snapshot) | u32 len(etag) | snapshot | etag | gzip body
-_PUBLISHED_MAGIC = b"LWP1"
-_PUBLISHED_HEADER = struct.Struct("<4sII")
 
 
 @dataclass(frozen=True)
-class Recipe:
-    """A snapshot without its windows: ``build`` makes them from the samples it was taken
-    from (the journal's, restored into the store)."""
+class SnapshotWithoutWindows:
+    """Everything of a snapshot but its windows; ``build`` makes them from the samples it
+    was taken from (the journal's, restored into the store)."""
 
     taken_at: float
     source: str
@@ -102,26 +100,24 @@ class Recipe:
         )
 
 
-def to_journal(snap: Snapshot) -> bytes:
-    """The journal form of ``snap`` (see above): its recipe, compressed."""
+def encode_without_windows(snap: Snapshot) -> bytes:
+    """The form written every cycle (``LWS3``): ``snap`` without its windows, compressed."""
     doc = {
-        "format": SNAPSHOT_FORMAT,
+        "format": WITHOUT_WINDOWS_FORMAT,
         "taken_at": snap.taken_at,
         "source": snap.source,
         "metric_names": {str(r): name for r, name in snap.metric_names.items()},
         "tags": snap.tags,
         "node_info": snap.node_info,
     }
-    return _MAGIC + igzip.compress(orjson.dumps(doc), 1, mtime=0)
+    return _WITHOUT_WINDOWS_MAGIC + igzip.compress(orjson.dumps(doc), 1, mtime=0)
 
 
-def to_bytes(snap: Snapshot) -> bytes:
-    """The whole snapshot, windows included (format 2, ``LWS2``): written once, at a clean
-    shutdown, so that the restart that follows serves it before loading any sample.
+def encode_whole(snap: Snapshot) -> bytes:
+    """The form written at a clean stop (``LWS2``): the whole snapshot, windows included.
 
-    Layout: ``b"LWS2" | u32 header length | header (JSON) | arrays``; the header holds the
-    small, irregular parts (keys, tags, node facts, window bounds), the arrays follow as raw
-    little-endian bytes in header order.
+    The JSON header holds the small, irregular parts (keys, tags, node facts, window
+    bounds); the windows' arrays follow as raw little-endian bytes in header order.
     """
     windows: dict[str, Any] = {}
     arrays: list[bytes] = []
@@ -134,7 +130,7 @@ def to_bytes(snap: Snapshot) -> bytes:
         arrays.extend(np.ascontiguousarray(w.values[op], _FLOAT).tobytes() for op in ops)
     header = orjson.dumps(
         {
-            "format": 2,
+            "format": WHOLE_FORMAT,
             "taken_at": snap.taken_at,
             "source": snap.source,
             "keys": [[n, str(r)] for n, r in snap.keys],
@@ -144,53 +140,40 @@ def to_bytes(snap: Snapshot) -> bytes:
             "windows": windows,
         }
     )
-    return b"".join([_HEADER.pack(_LEGACY_MAGIC, len(header)), header, *arrays])
+    return b"".join([_HEADER.pack(_WHOLE_MAGIC, len(header)), header, *arrays])
 
 
-def from_journal(body: bytes) -> Snapshot | Recipe:
-    """What the journal's snapshot row holds: the last cycle's recipe (format 3), or a whole
-    snapshot (written at a clean stop, or by earlier versions every cycle). Raises
-    ValueError when it is neither."""
-    if body.startswith(_MAGIC):
-        try:
-            doc = orjson.loads(zlib.decompress(body[len(_MAGIC) :], wbits=31))  # gzip
-            if doc.get("format") != SNAPSHOT_FORMAT:
-                raise ValueError(f"unknown snapshot format {doc.get('format')!r}")
-            return Recipe(
-                taken_at=float(doc["taken_at"]),
-                source=str(doc["source"]),
-                metric_names={Resource(r): str(n) for r, n in doc["metric_names"].items()},
-                tags=dict(doc["tags"]),
-                node_info=dict(doc["node_info"]),
-            )
-        except (
-            KeyError,
-            TypeError,
-            AttributeError,
-            zlib.error,
-            orjson.JSONDecodeError,
-        ) as exc:
-            raise ValueError(f"not a snapshot: {exc}") from exc
-    if body.startswith(_PUBLISHED_MAGIC):
-        if len(body) < _PUBLISHED_HEADER.size:
-            raise ValueError("journal snapshot blob is truncated")
-        _, n_snap, _ = _PUBLISHED_HEADER.unpack_from(body)
-        if len(body) < _PUBLISHED_HEADER.size + n_snap:
-            raise ValueError("journal snapshot blob is truncated")
-        body = body[_PUBLISHED_HEADER.size : _PUBLISHED_HEADER.size + n_snap]
-    return from_bytes(body)
+def decode(body: bytes) -> Snapshot | SnapshotWithoutWindows:
+    """Either journal form back; ValueError when ``body`` is neither."""
+    if body.startswith(_WITHOUT_WINDOWS_MAGIC):
+        return _decode_without_windows(body)
+    if body.startswith(_WHOLE_MAGIC):
+        return _decode_whole(body)
+    raise ValueError("not a snapshot: unknown journal form")
 
 
-def from_bytes(body: bytes) -> Snapshot:
-    """A whole snapshot, format 2 (``to_bytes``) or 1 (JSON, older versions); raises
-    ValueError when the body is not one."""
-    if not body.startswith(_LEGACY_MAGIC):
-        return _from_json(body)
+def _decode_without_windows(body: bytes) -> SnapshotWithoutWindows:
+    try:
+        doc = orjson.loads(zlib.decompress(body[len(_WITHOUT_WINDOWS_MAGIC) :], wbits=31))
+        if doc.get("format") != WITHOUT_WINDOWS_FORMAT:
+            raise ValueError(f"unknown snapshot format {doc.get('format')!r}")
+        return SnapshotWithoutWindows(
+            taken_at=float(doc["taken_at"]),
+            source=str(doc["source"]),
+            metric_names={Resource(r): str(n) for r, n in doc["metric_names"].items()},
+            tags=dict(doc["tags"]),
+            node_info=dict(doc["node_info"]),
+        )
+    except (KeyError, TypeError, AttributeError, zlib.error, orjson.JSONDecodeError) as exc:
+        raise ValueError(f"not a snapshot: {exc}") from exc
+
+
+def _decode_whole(body: bytes) -> Snapshot:
     try:
         _, n_header = _HEADER.unpack_from(body)
         at = _HEADER.size + n_header
         doc = orjson.loads(body[_HEADER.size : at])
-        if doc.get("format") != 2:
+        if doc.get("format") != WHOLE_FORMAT:
             raise ValueError(f"unknown snapshot format {doc.get('format')!r}")
         view = memoryview(body)
 
@@ -213,40 +196,14 @@ def from_bytes(body: bytes) -> Snapshot:
             )
         if at != len(body):
             raise ValueError("snapshot has trailing bytes")
-        return _snapshot(doc, windows)
+        return Snapshot(
+            taken_at=float(doc["taken_at"]),
+            source=str(doc["source"]),
+            keys=tuple((str(n), Resource(r)) for n, r in doc["keys"]),
+            windows=windows,
+            metric_names={Resource(r): str(n) for r, n in doc["metric_names"].items()},
+            tags=dict(doc["tags"]),
+            node_info=dict(doc["node_info"]),
+        )
     except (KeyError, TypeError, AttributeError, struct.error, orjson.JSONDecodeError) as exc:
-        raise ValueError(f"not a snapshot: {exc}") from exc
-
-
-def _snapshot(doc: dict[str, Any], windows: dict[str, WindowStats]) -> Snapshot:
-    return Snapshot(
-        taken_at=float(doc["taken_at"]),
-        source=str(doc["source"]),
-        keys=tuple((str(n), Resource(r)) for n, r in doc["keys"]),
-        windows=windows,
-        metric_names={Resource(r): str(n) for r, n in doc["metric_names"].items()},
-        tags=dict(doc["tags"]),
-        node_info=dict(doc["node_info"]),
-    )
-
-
-def _from_json(body: bytes) -> Snapshot:
-    """Format 1: the whole snapshot as JSON (journals written before format 2)."""
-    try:
-        doc = orjson.loads(body)
-        if doc.get("format") != 1:
-            raise ValueError(f"unknown snapshot format {doc.get('format')!r}")
-        windows = {}
-        for name, w in doc["windows"].items():
-            windows[name] = WindowStats(
-                window=Window.parse(name),
-                start=int(w["start"]),
-                end=int(w["end"]),
-                sids=np.asarray(w["sids"], np.int64),
-                count=np.asarray(w["count"], np.int64),
-                newest=np.asarray(w["newest"], np.float64),
-                values={Operator(op): np.asarray(v, np.float64) for op, v in w["values"].items()},
-            )
-        return _snapshot(doc, windows)
-    except (KeyError, TypeError, AttributeError, orjson.JSONDecodeError) as exc:
         raise ValueError(f"not a snapshot: {exc}") from exc

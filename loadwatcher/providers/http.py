@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from loadwatcher.config.settings import ProviderSettings
 from loadwatcher.errors import ProviderError, ProviderErrorKind
 
 
@@ -34,6 +35,18 @@ class HttpSettings:
     # token is sent as the password of HTTP Basic auth (InfluxDB 1.x users).
     auth_scheme: str = "Bearer"
     username: str = ""
+
+    @classmethod
+    def of(cls, provider: ProviderSettings) -> HttpSettings:
+        """The ``provider`` section's address, credentials, TLS and timeout."""
+        return cls(
+            address=provider.address,
+            token=provider.token,
+            token_file=provider.token_file,
+            ca_file=provider.ca_file,
+            insecure_skip_verify=provider.insecure_skip_verify,
+            timeout_s=provider.timeout_s,
+        )
 
 
 class TokenSource:

@@ -1,148 +1,133 @@
-"""Build the provider that the settings name (the only place that knows every provider).
+"""The providers, as each declares itself, and the provider that the settings name.
 
-The Flux and metrics-server providers are imported only when chosen: their client
-libraries (influxdb-client, kubernetes_asyncio) take ~0.5 s to import, and every start of
-the service pays for what this module imports before it can serve its journal's snapshot.
+A provider is a sub-package of ``loadwatcher.providers`` whose ``__init__`` sets
+``PROVIDER`` to a ``Declaration``; adding one is adding such a package. Discovery imports
+only those ``__init__`` modules, so they stay light and their ``build`` imports the
+implementation when called: influxdb-client and kubernetes_asyncio are slow to import, and
+every start of the service pays for what it imports before it serves its journal's snapshot.
+
+Config cannot import this module (it sits below): importing it installs the catalogue of
+every provider's names and settings in ``loadwatcher.config``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import pkgutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
-from loadwatcher.config import Settings
+from loadwatcher import config
+from loadwatcher.config import Catalogue, Section, Settings
 from loadwatcher.errors import ConfigError
 from loadwatcher.model import Resource
 from loadwatcher.providers.base import Provider
-from loadwatcher.providers.host import HostProvider
-from loadwatcher.providers.http import HttpSettings
-from loadwatcher.providers.influxdb.influxql import InfluxQLBackend
-from loadwatcher.providers.influxdb.telegraf import (
-    Backend,
-    FieldQuery,
-    InfluxDBProvider,
-    InfluxOptions,
-    parse_tag_filter,
-)
-from loadwatcher.providers.prometheus.provider import PrometheusOptions, PrometheusProvider, Query
+
+S = TypeVar("S")
 
 
-def http_settings(settings: Settings) -> HttpSettings:
-    p = settings.provider
-    return HttpSettings(
-        address=p.address,
-        token=p.token,
-        token_file=p.token_file,
-        ca_file=p.ca_file,
-        insecure_skip_verify=p.insecure_skip_verify,
-        timeout_s=p.timeout_s,
-    )
+@dataclass(frozen=True)
+class Declaration(Generic[S]):
+    """One provider: its names, its settings section, and how to build it from settings.
+
+    ``build`` and ``metric_names`` get the settings and this provider's section (``None``
+    without one); ``build`` also builds the corroborating provider. ``check`` validates the
+    section when this is the main provider. ``rank`` orders lists (help, messages, the
+    table); equal ranks go by name.
+    """
+
+    name: str
+    build: Callable[[Settings, S], Provider]
+    metric_names: Callable[[S], Mapping[Resource, str]]  # the wire `name` per resource
+    aliases: tuple[str, ...] = ()  # other spellings, any case: the Go load-watcher's names
+    section: Section[S] | None = None
+    needs_address: bool = True  # provider.address is required
+    check: Callable[[S], None] | None = None
+    rank: int = 100
+
+
+_declared: dict[str, Declaration[Any]] | None = None
+_catalogue: Catalogue | None = None
+
+
+def _discover() -> dict[str, Declaration[Any]]:
+    global _declared
+    if _declared is None:
+        from loadwatcher import providers
+
+        found: dict[str, Declaration[Any]] = {}
+        for info in pkgutil.iter_modules(providers.__path__, providers.__name__ + "."):
+            if info.ispkg:
+                declared = getattr(importlib.import_module(info.name), "PROVIDER", None)
+                if isinstance(declared, Declaration):
+                    found[declared.name] = declared
+        _declared = found
+    return _declared
+
+
+def declarations() -> tuple[Declaration[Any], ...]:
+    """Every provider, in listed order."""
+    return tuple(sorted(_discover().values(), key=lambda d: (d.rank, d.name)))
+
+
+def register(declaration: Declaration[Any]) -> None:
+    """Add a provider (one declared outside this package: a test's, a plug-in's)."""
+    global _catalogue
+    declared = _discover()
+    if declaration.name in declared:
+        raise ValueError(f"provider {declaration.name} is already registered")
+    Catalogue([*declared.values(), declaration])  # raises on a clash of names or sections
+    declared[declaration.name] = declaration
+    _catalogue = None
+
+
+def unregister(name: str) -> None:
+    global _catalogue
+    del _discover()[name]
+    _catalogue = None
+
+
+def catalogue() -> Catalogue:
+    """Config's sections and every provider's, for ``config.resolve`` and the table."""
+    global _catalogue
+    if _catalogue is None:
+        _catalogue = Catalogue(declarations())
+    return _catalogue
+
+
+def names() -> tuple[str, ...]:
+    return tuple(d.name for d in declarations())
+
+
+def _chosen(settings: Settings) -> tuple[Declaration[Any], Any]:
+    name = settings.provider.name
+    declared = _discover().get(name)
+    if declared is None:
+        raise ConfigError("provider.name", f"provider {name!r} is not available in this version")
+    section = declared.section
+    return declared, settings.sections[section.name] if section is not None else None
 
 
 def metric_names(settings: Settings) -> dict[Resource, str]:
     """The wire ``name`` of each resource's metrics."""
-    if settings.provider.name == "prometheus":
-        return {
-            Resource.CPU: settings.prometheus.cpu_query,
-            Resource.MEMORY: settings.prometheus.memory_query,
-        }
-    if settings.provider.name == "influxdb":
-        influx = settings.influxdb
-        return {
-            Resource.CPU: f"{influx.cpu_measurement}.{influx.cpu_field}",
-            Resource.MEMORY: f"{influx.memory_measurement}.{influx.memory_field}",
-        }
-    if settings.provider.name == "metrics-server":
-        return {Resource.CPU: "metrics.k8s.io/cpu", Resource.MEMORY: "metrics.k8s.io/memory"}
-    return {Resource.CPU: "host.cpu.utilisation", Resource.MEMORY: "host.memory.utilisation"}
+    declared, section = _chosen(settings)
+    return dict(declared.metric_names(section))
 
 
 def build_provider(settings: Settings) -> Provider:
-    name = settings.provider.name
-    if name == "host":
-        return HostProvider()
-    if name == "prometheus":
-        prom = settings.prometheus
-        options = PrometheusOptions(
-            queries=(
-                Query(Resource.CPU, prom.cpu_query, prom.scale),
-                Query(Resource.MEMORY, prom.memory_query, prom.scale),
-            ),
-            node_label=prom.node_label,
-            strip_port=prom.strip_port,
-            step_s=prom.step_s,
-            overlap_s=settings.poll.overlap_s,
-            retention_s=settings.journal.retention_s,
-            fallback_node_exporter=prom.fallback_node_exporter,
-        )
-        return PrometheusProvider(http_settings(settings), options)
-    if name == "influxdb":
-        return influxdb_provider(settings)
-    if name == "metrics-server":
-        from loadwatcher.providers.kube.client import KubeAccess, KubeClient
-        from loadwatcher.providers.kube.metrics_server import (
-            MetricsServerOptions,
-            MetricsServerProvider,
-        )
-
-        kube = settings.kube
-        access = KubeAccess(
-            kubeconfig=kube.config,
-            context=kube.context,
-            timeout_s=settings.provider.timeout_s,
-            page_size=kube.page_size,
-        )
-        return MetricsServerProvider(
-            KubeClient(access),
-            MetricsServerOptions(kube.percent_of, kube.node_list_interval_s),
-        )
-    raise ConfigError("provider.name", f"provider {name!r} is not available in this version")
+    declared, section = _chosen(settings)
+    return declared.build(settings, section)
 
 
-def build_second_provider(settings: Settings) -> Provider | None:
+def build_corroborating_provider(settings: Settings) -> Provider | None:
     """The corroborating provider: the main settings with another name and address."""
-    second = settings.corroborate
-    if second.name is None:
+    other = settings.corroborate
+    if other.name is None:
         return None
-    provider = dataclasses.replace(settings.provider, name=second.name, address=second.address)
+    provider = dataclasses.replace(settings.provider, name=other.name, address=other.address)
     return build_provider(dataclasses.replace(settings, provider=provider))
 
 
-def influxdb_provider(settings: Settings) -> InfluxDBProvider:
-    """InfluxQL or Flux, reading Telegraf's schema unless the settings name other fields."""
-    influx = settings.influxdb
-    backend: Backend
-    if influx.query_language == "flux":
-        from loadwatcher.providers.influxdb.flux import FluxBackend
-
-        backend = FluxBackend(http_settings(settings), influx.database, influx.org)
-    else:
-        backend = InfluxQLBackend(
-            http_settings(settings),
-            influx.database,
-            influx.retention_policy,
-            influx.auth_scheme,
-            influx.username,
-        )
-    options = InfluxOptions(
-        queries=(
-            FieldQuery(
-                Resource.CPU,
-                influx.cpu_measurement,
-                influx.cpu_field,
-                parse_tag_filter(influx.cpu_filter),
-                idle=influx.cpu_field_is_idle,
-            ),
-            FieldQuery(
-                Resource.MEMORY,
-                influx.memory_measurement,
-                influx.memory_field,
-                parse_tag_filter(influx.memory_filter),
-            ),
-        ),
-        host_tag=influx.host_tag,
-        scale=influx.scale,
-        read_capacity=influx.read_capacity,
-        overlap_s=settings.poll.overlap_s,
-        retention_s=settings.journal.retention_s,
-    )
-    return InfluxDBProvider(backend, options, influx.database)
+config.install(catalogue)

@@ -1,20 +1,24 @@
 """Scheduler scoring against a load watcher: the upstream plugins, reproduced exactly.
 
-One module per plugin, each with its formula in the docstring and pure functions that
-transcribe the upstream Go code (``score``, ``compute_score``, ...) next to a vectorised
-``score_batch`` that the command line uses and the tests hold equal to them:
+One module per plugin under ``plugins``, each with its formula in the docstring, pure
+functions that transcribe the upstream Go code (``score``, ``compute_score``, ...) next to a
+vectorised form that the command line uses and the tests hold equal to them, and a ``PLUGIN``
+declaration that ``registry`` collects:
 
-- ``targetloadpacking``   Trimaran TargetLoadPacking
-- ``loadvariation``       Trimaran LoadVariationRiskBalancing
-- ``lowriskovercommit``   Trimaran LowRiskOverCommitment
-- ``loadaware``           Koordinator LoadAwareScheduling (``koordinator``: args, estimator)
-- ``allocatable``         NodeResourcesAllocatable
-- ``fallback``            the KEP's allocation fallback for stale or missing metrics
-- ``predict``             node peak prediction and Mid-tier reclaimable resources
+- ``plugins.targetloadpacking``   Trimaran TargetLoadPacking
+- ``plugins.loadvariation``       Trimaran LoadVariationRiskBalancing
+- ``plugins.lowriskovercommit``   Trimaran LowRiskOverCommitment (``plugins.beta``)
+- ``plugins.loadaware``           Koordinator LoadAwareScheduling (``plugins.koordinator``:
+                                  args, estimator, node usage)
+- ``plugins.allocatable``         NodeResourcesAllocatable
 
-Plumbing: ``pods`` and ``nodes`` (inputs), ``cluster`` (columns), ``plugins`` (a profile
-run), ``cases`` (``score --case``), ``kube`` and ``inputs`` (command-line sources),
-``gomath`` (Go arithmetic), ``cli`` (``register`` for the main command line).
+Plumbing: ``registry`` (the plugins by name), ``profile`` (a profile run and the ranking),
+``pods`` and ``nodes`` (inputs), ``cluster`` (columns), ``common`` (batch results, argument
+readers), ``fallback`` (the KEP's allocation fallback for stale or missing metrics),
+``predict`` (node peak prediction, Mid-tier reclaimable resources), ``cases``
+(``score --case``), ``kube`` and ``inputs`` (command-line sources), ``gomath`` (Go
+arithmetic), ``histogram`` (Koordinator's decaying histogram), ``cli`` (``register`` for the
+main command line; ``score``, ``predict``, ``table``).
 
 Where the KEP or proposal documents and the upstream unit tables disagree, the tables win:
 LoadVariationRiskBalancing halves μ + σ (the KEP writes S = M + r + V), TargetLoadPacking

@@ -28,8 +28,9 @@ from typing import Any
 
 from loadwatcher.scoring.cluster import build_cluster
 from loadwatcher.scoring.nodes import parse_node
-from loadwatcher.scoring.plugins import canonical_name, parse_plugin_args, run_plugins
 from loadwatcher.scoring.pods import parse_pod
+from loadwatcher.scoring.profile import run_plugins
+from loadwatcher.scoring.registry import canonical_name, parse_plugin_args
 
 __all__ = ["load_case", "run_case"]
 

@@ -2,7 +2,8 @@
 
 Building reads each node's metrics in wire order exactly as the Go plugins do:
 
-- TargetLoadPacking: the *last* CPU metric whose operator is ``AVG`` or ``Latest``.
+- ``last_cpu`` (TargetLoadPacking): the *last* CPU metric whose operator is ``AVG`` or
+  ``Latest``.
 - ``GetResourceData`` (LoadVariationRiskBalancing, LowRiskOverCommitment): for a type, the
   last ``AVG``; before any ``AVG``, the last ``""``/``Latest``; the last ``STD``; valid when
   any metric of the type exists (even one whose operator it does not know).
@@ -75,8 +76,8 @@ class Cluster:
     cap_mem: IntArray
     alloc_cpu: IntArray
     alloc_mem: IntArray
-    tlp_cpu: FloatArray
-    tlp_found: BoolArray
+    last_cpu: FloatArray
+    last_cpu_found: BoolArray
     data: dict[str, ResourceData]
     values: dict[tuple[str, str, str], tuple[FloatArray, BoolArray]]
     updated_at: FloatArray
@@ -138,8 +139,8 @@ def build_cluster(
     end = now if window_end is None else window_end
     caps: list[tuple[int, int, int, int]] = []
     sums: list[tuple[int, int, int, int]] = []
-    tlp: list[float] = [0.0] * n
-    tlp_found = [False] * n
+    last_cpu: list[float] = [0.0] * n
+    last_cpu_found = [False] * n
     updated = [end] * n
     stats = {k: ([0.0] * n, [0.0] * n, [False] * n) for k in ("CPU", "Memory")}
     found: dict[tuple[str, str, str], dict[int, float]] = {}
@@ -173,7 +174,7 @@ def build_cluster(
         metrics = node.metrics or ()
         for m in metrics:
             if m.type == "CPU" and m.operator in ("AVG", "Latest"):
-                tlp[i], tlp_found[i] = m.value, True
+                last_cpu[i], last_cpu_found[i] = m.value, True
             key = (m.type, m.operator, m.rollup)
             column = found.get(key)
             if column is None:
@@ -201,8 +202,8 @@ def build_cluster(
         ints[:, 1].copy(),
         ints[:, 2].copy(),
         ints[:, 3].copy(),
-        np.array(tlp, dtype=np.float64),
-        np.array(tlp_found, dtype=np.bool_),
+        np.array(last_cpu, dtype=np.float64),
+        np.array(last_cpu_found, dtype=np.bool_),
         {
             k: ResourceData(
                 np.array(a, dtype=np.float64),

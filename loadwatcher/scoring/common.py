@@ -1,4 +1,4 @@
-"""Shared plumbing for the plugin modules: batch results and argument readers.
+"""Shared plumbing for the plugin modules: batch results, argument readers, units.
 
 Argument readers use the upstream JSON names and defaults; unknown argument names are
 ignored (upstream configs carry fields, such as ``watcherAddress``, that scoring does not
@@ -16,7 +16,9 @@ import numpy as np
 
 from loadwatcher._types import BoolArray, IntArray
 
-__all__ = ["BatchScores", "arg_bool", "arg_float", "arg_int", "arg_map"]
+__all__ = ["MEGA_FACTOR", "BatchScores", "arg_bool", "arg_float", "arg_int", "arg_map"]
+
+MEGA_FACTOR = 1.0 / 1024.0 / 1024.0  # Trimaran MegaFactor: memory bytes -> MiB
 
 
 @dataclass(frozen=True, eq=False)

@@ -10,9 +10,10 @@ plus overhead)::
     score = 0                                  if any f_r > 1 (the pod does not fit)
           = Round(100 × mean_r f_r)            otherwise (best fit: fuller nodes first)
 
-A node with no allocatable CPU or memory at all scores 0. Used by the command line for
-TargetLoadPacking, LoadVariationRiskBalancing and LowRiskOverCommitment on nodes whose
-quality is ``stale`` or ``missing``, unless ``--upstream-exact`` is given.
+A node with no allocatable CPU or memory at all scores 0. Used by the command line, for
+the plugins whose registration allows it (TargetLoadPacking, LoadVariationRiskBalancing and
+LowRiskOverCommitment), on nodes whose quality is ``stale`` or ``missing``, unless
+``--upstream-exact`` is given.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from loadwatcher.scoring.gomath import go_round, go_round_np
 from loadwatcher.scoring.pods import Resources
 
 NAME = "Fallback"
-APPLIES_TO = frozenset({"TargetLoadPacking", "LoadVariationRiskBalancing", "LowRiskOverCommitment"})
 NEEDS_FALLBACK = frozenset({"stale", "missing"})
 
 

@@ -15,13 +15,13 @@ from typing import Any
 import yaml
 
 from loadwatcher.client import NodeMetrics, Snapshot, check_age, fetch_snapshot, load_snapshot
-from loadwatcher.scoring import kube, loadaware
+from loadwatcher.scoring import kube, registry
 from loadwatcher.scoring.nodes import NodeInput, parse_nodes
-from loadwatcher.scoring.plugins import PLUGINS, canonical_name, parse_plugin_args
 from loadwatcher.scoring.pods import Pod, parse_pod
+from loadwatcher.scoring.registry import canonical_name, parse_plugin_args
 
 __all__ = [
-    "loadaware_windows",
+    "extra_windows",
     "read_document",
     "read_nodes",
     "read_plugin_args",
@@ -29,8 +29,6 @@ __all__ = [
     "read_snapshot",
     "with_windows",
 ]
-
-_WINDOWS = {300.0: "5m", 600.0: "10m", 900.0: "15m"}
 
 
 def _read_bytes(path: str) -> bytes:
@@ -87,7 +85,7 @@ def read_plugin_args(names: list[str] | None, args_path: str | None) -> dict[str
 
     The file maps plugin names (any accepted spelling) to upstream-style args.
     """
-    chosen = [canonical_name(n) for n in names] if names else list(PLUGINS)
+    chosen = [canonical_name(n) for n in names] if names else list(registry.names())
     given: dict[str, Any] = {}
     if args_path is not None:
         doc = read_document(args_path)
@@ -124,21 +122,14 @@ def read_snapshot(
     return snapshot
 
 
-def loadaware_windows(plugin_args: Mapping[str, Any]) -> set[str]:
-    """The rollup windows LoadAware reads: 5m for the node usage, plus aggregation windows."""
-    args = plugin_args.get(loadaware.NAME)
-    if args is None:
-        return set()
-    windows = {"5m"}
-    agg = args.aggregated
-    if agg is not None:
-        for kind, duration in (
-            (agg.score_aggregation_type, agg.score_aggregated_duration_s),
-            (agg.usage_aggregation_type, agg.usage_aggregated_duration_s),
-        ):
-            if kind:
-                windows.add(_WINDOWS.get(duration, "15m") if duration else "15m")
-    return windows
+def extra_windows(plugin_args: Mapping[str, Any]) -> set[str]:
+    """The rollup windows the chosen plugins read (``Plugin.windows``), e.g. LoadAware's 5m."""
+    out: set[str] = set()
+    for name, args in plugin_args.items():
+        windows = registry.get(name).windows
+        if windows is not None:
+            out |= windows(args)
+    return out
 
 
 def with_windows(snapshot: Snapshot, extra: list[Snapshot]) -> Snapshot:

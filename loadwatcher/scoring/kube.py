@@ -93,7 +93,7 @@ async def fetch_nodes(
     cannot be loaded and ClientError when the API server fails; both are one line and never
     quote a credential.
     """
-    # kubernetes_asyncio takes ~0.3 s to import: only a --kubeconfig run pays for it.
+    # kubernetes_asyncio is slow to import: only a --kubeconfig run pays for it.
     from loadwatcher.providers.kube.access import (
         NOT_IN_CLUSTER,
         KubeAccess,

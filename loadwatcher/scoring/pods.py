@@ -22,7 +22,6 @@ from functools import cached_property
 from typing import Any
 
 from loadwatcher.quantity import Quantity, parse_quantity
-from loadwatcher.scoring.gomath import go_round, to_int64
 
 __all__ = ["Container", "Pod", "Resources", "parse_pod", "parse_resource_list"]
 
@@ -144,30 +143,6 @@ class Pod:
             if not limits or name in out:
                 out[name] = out.get(name, Fraction(0)) + q.exact
         return out
-
-    def tlp_predicted_milli(self, default_milli: int, multiplier: float) -> int:
-        """TargetLoadPacking: sum of ``PredictUtilisation`` over containers plus CPU overhead.
-
-        A container is predicted from its CPU limit if it has one, else from its CPU request
-        times the multiplier (Go ``int64(math.Round(...))``), else ``default_milli``.
-        """
-        key = ("tlp", default_milli, multiplier)
-        if key not in self.memo:
-            self.memo[key] = self._tlp_predicted(default_milli, multiplier)
-        result: int = self.memo[key]
-        return result
-
-    def _tlp_predicted(self, default_milli: int, multiplier: float) -> int:
-        total = 0
-        for c in self.containers:
-            if "cpu" in c.limits:
-                total += c.limits["cpu"].milli_value()
-            elif "cpu" in c.requests:
-                total += to_int64(go_round(float(c.requests["cpu"].milli_value()) * multiplier))
-            else:
-                total += default_milli
-        cpu = self.overhead.get("cpu")
-        return total + (cpu.milli_value() if cpu else 0)
 
 
 def _spec_of(doc: Mapping[str, Any]) -> tuple[Mapping[str, Any], str, str | None]:

@@ -1,25 +1,24 @@
-"""The bytes of ``render.encode(render.document(...))``, assembled without building the document.
+"""The bytes of ``formats.encode(formats.document(...))``, assembled without the document.
 
-``render.document`` is the readable definition of the wire formats; this module produces
-the same bytes (tested byte for byte) for the bodies the service serves. A 5,000-node body
-holds 90,000 metric objects: building a dict for each and encoding them cost ~70 ms per
-cycle. Here every metric object is a constant prefix (name, type, operator, rollup — one per
-resource and operator) followed by its value, and the body is the concatenation of:
+``formats.document`` is the readable definition of the wire formats; this module produces
+the same bytes (tested byte for byte) without building a dict per metric object, which is
+most of what encoding the document costs (benchmarks/fastpaths.py measures both). Every
+metric object is a constant prefix (name, type, operator, rollup: one per resource and
+operator) followed by its value, and the body is the concatenation of:
 
 - the values of all rows, in wire order, formatted by one ``orjson.dumps`` of a numpy array
   and split at the commas (so each number is exactly the text orjson writes for a float,
   ``null`` for NaN included);
-- before each value, its prefix, looked up for all rows at once in a table indexed by
+- before each value, the text that separates it from the previous one (the end of that
+  metric object and the prefix), looked up for all rows at once in a table indexed by
   (resource, operator);
-- before each node's first value, the text around that node (the envelope, the end of the
-  previous node: its tags and metadata, the node's name). orjson writes all of it in one
-  call, from the document with a marker where each node's values go (the "skeleton").
+- before each node's first value, the text around the node's values instead (the
+  envelope, the end of the previous node: its tags and metadata, the node's name). orjson
+  writes all of it in one call, from the document with a marker where each node's values
+  go.
 
 What is left in Python is a pass over the rows' keys to order them and one small dict per
-node for the skeleton; every per-value step is a C-level array or list operation. At 5,000
-nodes (11 MB) this takes ~15 ms against ~20 ms for one glue fragment built per value in a
-Python loop: formatting, splitting and joining the 90,000 numbers is most of what is left.
-Needs ``orjson.Fragment``.
+node; every per-value step is a C-level array or list operation. Needs ``orjson.Fragment``.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ _RESOURCE_ORDER = {r: i for i, r in enumerate(_RESOURCES)}
 _NO_TAGS: dict[str, Any] = {}
 _NO_INFO = {"dataCenter": ""}
 
-# Where a node's values go in the skeleton. orjson escapes control characters inside strings
+# Where a node's values go in the text around them. orjson escapes control characters inside strings
 # (as \u0000), so a raw NUL in its output can only come from a Fragment we put there.
 _MARK = b"\x00"
 
@@ -60,7 +59,7 @@ def _prefixes(snap: Snapshot, resource: Resource, window: str, fmt: Format) -> l
     return out
 
 
-def _glue_table(prefixes: list[list[bytes]]) -> np.ndarray:
+def _separator_table(prefixes: list[list[bytes]]) -> np.ndarray:
     """Object array [resource, operator]: what precedes a value that is not its node's first
     (the end of the previous metric object, then the prefix)."""
     table = np.empty((len(prefixes), len(WIRE_OPERATORS)), object)
@@ -97,7 +96,7 @@ def _numbers(stats: WindowStats, rows: np.ndarray) -> list[bytes]:
     """Each value of ``rows`` (row by row, operator by operator) as orjson writes a float.
 
     A JSON number never holds a comma. orjson writes a float64 array element exactly as the
-    Python float (checked on random bit patterns), without a list of 90,000 floats.
+    Python float (checked on random bit patterns), without a list of Python floats.
     """
     columns = np.column_stack([stats.values[op] for op in WIRE_OPERATORS])
     flat = np.ascontiguousarray(columns[rows].astype(np.float64, copy=False).ravel())
@@ -108,7 +107,7 @@ def _numbers(stats: WindowStats, rows: np.ndarray) -> list[bytes]:
     return numbers
 
 
-def _skeleton(
+def _text_around_nodes(
     snap: Snapshot,
     window: str,
     fmt: Format,
@@ -133,9 +132,9 @@ def _skeleton(
         "source": snap.source,
         "data": {"NodeMetricsMap": entries} if fmt is Format.DEFAULT else entries,
     }
-    pieces = orjson.dumps(doc).split(_MARK)
-    assert len(pieces) == len(nodes) + 1
-    return pieces
+    around = orjson.dumps(doc).split(_MARK)
+    assert len(around) == len(nodes) + 1
+    return around
 
 
 def encode(snap: Snapshot, window: str, fmt: Format, only: str | None = None) -> bytes | None:
@@ -148,20 +147,19 @@ def encode(snap: Snapshot, window: str, fmt: Format, only: str | None = None) ->
     # A node's metrics array holds its values (at the mark), the last one's object closed.
     by_first = [orjson.Fragment(b"[" + ps[0] + _MARK + b"}]") for ps in prefixes]
     openings = [by_first[c] for c in codes[first].tolist()]
-    pieces = _skeleton(snap, window, fmt, nodes, openings)
+    around = _text_around_nodes(snap, window, fmt, nodes, openings)
     if not nodes:
-        return pieces[0]
+        return around[0]
 
-    glue = _glue_table(prefixes)[codes]
-    glue[first, 0] = np.fromiter(pieces[:-1], object, len(nodes))
+    before_value = _separator_table(prefixes)[codes]
+    before_value[first, 0] = np.fromiter(around[:-1], object, len(nodes))
     numbers = _numbers(stats, rows)
     parts: list[bytes] = [b""] * (2 * len(numbers) + 1)
-    parts[0:-1:2] = glue.ravel().tolist()
+    parts[0:-1:2] = before_value.ravel().tolist()
     parts[1::2] = numbers
-    parts[-1] = pieces[-1]
-    # Not b"".join: it allocates a buffer descriptor per part (80 bytes x 180,000 = 14 MB at
-    # 5,000 nodes) beside the body. BytesIO grows one buffer in place and hands it over:
-    # 8 ms instead of 14, and half the fresh memory.
+    parts[-1] = around[-1]
+    # Not b"".join: it allocates a buffer descriptor per part beside the body. BytesIO
+    # grows one buffer in place and hands it over: faster, and half the fresh memory.
     out = io.BytesIO()
     out.writelines(parts)
     return out.getvalue()

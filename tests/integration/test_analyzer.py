@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from remote_write import push
 from service import prometheus_engine
 from synth import CPU_METRIC, MEM_METRIC
 
+from loadwatcher._types import FloatArray
 from loadwatcher.http import api
 from loadwatcher.model import Resource, Series
 from loadwatcher.pipeline import analysis
@@ -24,7 +27,7 @@ from loadwatcher.wire.formats import Format
 REMOTE_WRITE = ["--web.enable-remote-write-receiver"]
 
 
-def node_series(ip: str, samples: list[tuple[float, float]]):
+def node_series(ip: str, samples: Sequence[tuple[float, float]]):
     labels = {"instance": f"{ip}:9100"}
     return [(CPU_METRIC, labels, samples), (MEM_METRIC, labels, samples)]
 
@@ -232,8 +235,8 @@ def test_node_quality_is_its_worst_resource() -> None:
     ts = np.arange(0.0, 901.0, 15.0)
     store.add(
         [
-            Series("n", Resource.CPU, ts, np.arange(ts.size) % 9.0),
-            Series("n", Resource.MEMORY, ts - 400, np.arange(ts.size) % 9.0),
+            Series("n", Resource.CPU, ts, cast(FloatArray, np.arange(ts.size) % 9.0)),
+            Series("n", Resource.MEMORY, ts - 400, cast(FloatArray, np.arange(ts.size) % 9.0)),
         ]
     )
     report = analysis.analyse(

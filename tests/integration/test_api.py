@@ -6,6 +6,7 @@ import gzip
 import json
 import math
 import time
+from collections.abc import AsyncIterator
 from importlib import resources
 from typing import Any
 
@@ -18,6 +19,7 @@ from synth import node_history, node_names
 
 from loadwatcher.engine import Engine
 from loadwatcher.http import api
+from loadwatcher.wire.formats import Format
 
 pytestmark = pytest.mark.backend
 
@@ -28,7 +30,9 @@ def schema(name: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def served(prometheus_factory, aiohttp_client) -> tuple[TestClient, Engine, set[str]]:
+async def served(
+    prometheus_factory, aiohttp_client
+) -> AsyncIterator[tuple[TestClient, Engine, set[str]]]:
     now = time.time()
     history = node_history(12, math.floor(now) - 2, span_s=1000.0)
     prom = prometheus_factory(openmetrics_text(history))
@@ -149,7 +153,7 @@ async def test_etag_304_and_gzip(served) -> None:
     assert gzip.decompress(await zipped.read()) == raw
     # The bytes are rendered once per cycle: the same object is served every time.
     assert engine.current is not None
-    body = await engine.current.body(None, api.Format.DEFAULT)
+    body = await engine.current.body(None, Format.DEFAULT)
     assert body is not None and body.raw == raw
     # A new cycle with new data gives a new ETag.
     await engine.cycle(time.time() + 20)

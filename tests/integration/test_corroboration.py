@@ -40,7 +40,7 @@ async def test_node_whose_sources_disagree_is_flagged(prometheus_factory, victor
     )
     try:
         await engine.cycle(now)
-        assert engine.second_error is None
+        assert engine.corroborating is not None and engine.corroborating.error is None
         assert engine.current is not None
         quality = {n: t["quality"] for n, t in engine.current.snapshot.tags.items()}
         assert quality == {
@@ -50,7 +50,7 @@ async def test_node_whose_sources_disagree_is_flagged(prometheus_factory, victor
             "10.0.0.4": "ok",
         }
         # The served values are the main provider's: corroboration flags, never mixes.
-        assert engine.second_store.columns.val.max() > 0
+        assert engine.corroborating.store.columns.val.max() > 0
     finally:
         await engine.close()
 
@@ -66,7 +66,8 @@ async def test_second_provider_down_does_not_affect_the_main(prometheus_factory)
     )
     try:
         await engine.cycle(now)
-        assert engine.provider_status.ok and engine.second_error is not None
+        assert engine.provider_status.ok and engine.corroborating is not None
+        assert engine.corroborating.error is not None
         assert engine.current is not None
         assert {t["quality"] for t in engine.current.snapshot.tags.values()} == {"ok"}
     finally:

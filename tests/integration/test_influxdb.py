@@ -12,6 +12,7 @@ import asyncio
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -546,7 +547,7 @@ def test_influxql_statement_errors_map_to_kinds() -> None:
 
 
 def test_points_by_host_merges_series_and_skips_untagged() -> None:
-    series = [
+    series: list[dict[str, Any]] = [
         {"tags": {"host": "a", "cpu": "1"}, "values": [[3 * 10**9, 1.0], [5 * 10**9, None]]},
         {"tags": {"host": "a", "cpu": "2"}, "values": [[4 * 10**9, 2.0]]},
         {"tags": {"host": ""}, "values": [[4 * 10**9, 9.0]]},

@@ -30,7 +30,7 @@ from synth import node_history
 
 from loadwatcher import app
 from loadwatcher.engine import Engine
-from loadwatcher.http import api, statuspage
+from loadwatcher.http import api, statuspage, statusrows
 
 HOSTILE = 'evil<script>alert("x")</script>&node'
 FRESH_NODES = 480
@@ -176,7 +176,7 @@ async def test_host_provider_node_is_listed_with_its_quality(aiohttp_client) -> 
 
 
 def test_bands_cover_the_percent_range() -> None:
-    assert [statuspage.band(v) for v in (0, 19.9, 20, 45, 60, 80, 90, 100)] == [
+    assert [statusrows.band(v) for v in (0, 19.9, 20, 45, 60, 80, 90, 100)] == [
         0,
         0,
         1,

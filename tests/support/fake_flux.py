@@ -143,11 +143,11 @@ class FakeInflux2:
                 key = (measurement, fname, tuple(sorted(tags.items())))
                 series.setdefault(key, []).append((t, v))
         tables = []
-        for (measurement, fname, tags), pts in sorted(series.items()):
+        for (measurement, fname, tag_items), pts in sorted(series.items()):
             pts.sort()
             if last:
                 pts = pts[-1:]
-            row_of = {"_measurement": measurement, "_field": fname, **dict(tags)}
+            row_of = {"_measurement": measurement, "_field": fname, **dict(tag_items)}
             columns, types = [], []
             for c in kept:
                 if c == "_time":

@@ -213,7 +213,7 @@ def instances(nodes: int) -> list[str]:
 
 def history(nodes: int, end: float, span_s: float = 900.0, step_s: float = 15.0) -> list[Series]:
     """Remote-write series: 15 minutes at 15 s for every node, values that keep changing."""
-    out = []
+    out: list[Series] = []
     count = int(span_s // step_s)
     for i, inst in enumerate(instances(nodes)):
         samples = [

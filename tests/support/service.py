@@ -6,11 +6,12 @@ from collections.abc import Mapping
 
 from loadwatcher import app, config
 from loadwatcher.engine import Engine
+from loadwatcher.providers import registry
 
 
 def settings(env: Mapping[str, str]) -> config.Settings:
     base = {"LOADWATCHER_JOURNAL_PATH": ""}
-    return config.resolve(None, {**base, **env})
+    return config.resolve(None, {**base, **env}, catalogue=registry.catalogue())
 
 
 def prometheus_engine(url: str, **env: str) -> Engine:

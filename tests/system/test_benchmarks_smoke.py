@@ -67,3 +67,28 @@ def test_quick_run_writes_a_table_with_numbers_in_every_row(tmp_path: Path) -> N
         assert any(ch.isdigit() for ch in result) and "not measured" not in result, row
     raw = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
     assert raw["quick"] is True and not raw["errors"], raw["errors"]
+
+
+def test_quick_fastpaths_run_writes_a_share_for_every_fast_path(tmp_path: Path) -> None:
+    """benchmarks/fastpaths.py --quick: each fast path gets a share and a verdict, in a
+    section of the report that the main harness keeps when it rewrites the file."""
+    _require_tools()
+    out = tmp_path / "RESULTS.md"
+    out.write_text("# Benchmark results\n\nolder text\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "fastpaths.py"), "--quick", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr[-4000:] + done.stdout[-2000:]
+    text = out.read_text(encoding="utf-8")
+    assert text.startswith("# Benchmark results\n\nolder text\n")
+    section = text.split("<!-- fastpaths:start -->", 1)[1].split("<!-- fastpaths:end -->")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) == 4, rows  # the header and one row per fast path
+    for row in rows[1:]:
+        assert "keep" in row or "delete" in row or "deleted" in row, row

@@ -1,10 +1,10 @@
-"""kill -9 the real service at random moments, 50 times, while the journal is written all
-the time; after every restart the file is intact, ``/watcher`` answers 200 within 2 s, and
-no committed sample is lost.
+"""kill -9 the real service at random moments, ``KILLS`` times, while the journal is written
+all the time; after every restart the file is intact, ``/watcher`` answers 200 within
+``RESTART_LIMIT_S``, and no committed sample is lost.
 
-Prometheus gets a new sample per series every 0.2 s through remote write and the service
-polls every 0.25 s, so nearly every cycle writes the journal. Two kinds of kill, chosen by a
-seeded RNG (the seed is printed; ``LOADWATCHER_KILL_SEED`` replays a run):
+Prometheus gets new samples through remote write faster than the service polls, so nearly
+every cycle writes the journal. Two kinds of kill, chosen by a seeded RNG (the seed is
+printed; ``LOADWATCHER_KILL_SEED`` replays a run):
 
 * ``random``: after a random delay, wherever the service happens to be;
 * ``in-write``: after a random delay, at the first moment the service holds SQLite's WAL

@@ -7,12 +7,13 @@ values, median interval by ``np.median``), then builds every node's tags the obv
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loadwatcher._types import FloatArray
 from loadwatcher.model import LONGEST_WINDOW_S, Resource, Series
 from loadwatcher.pipeline import analysis
 from loadwatcher.pipeline.analysis import FROZEN_MIN_SAMPLES, SEVERITY, Quality, Thresholds
@@ -70,7 +71,7 @@ def reference_report(
 def samples(kind: str, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     step = 15.0
     n = int(rng.integers(2, 70))
-    ts = NOW - step * np.arange(n)[::-1] + rng.integers(-20, 21, n) / 1000
+    ts: np.ndarray = NOW - step * np.arange(n)[::-1] + rng.integers(-20, 21, n) / 1000
     val = np.round(rng.uniform(0, 100, n), 2)
     if kind == "stale":
         ts = ts - float(rng.choice([299.0, 300.0, 301.0, 1000.0]))
@@ -157,8 +158,8 @@ def test_a_node_with_every_series_trimmed_away_has_no_tags() -> None:
     ts = np.arange(0.0, 901.0, 15.0)
     store.add(
         [
-            Series("gone", Resource.CPU, ts, np.arange(ts.size) % 9.0),
-            Series("here", Resource.CPU, ts + 2000, np.arange(ts.size) % 9.0),
+            Series("gone", Resource.CPU, ts, cast(FloatArray, np.arange(ts.size) % 9.0)),
+            Series("here", Resource.CPU, ts + 2000, cast(FloatArray, np.arange(ts.size) % 9.0)),
         ]
     )
     store.trim(1000.0)

@@ -17,10 +17,11 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from backends import free_port
+from kubernetes_asyncio.config.incluster_config import SERVICE_TOKEN_FILENAME
 
 from loadwatcher import config
 from loadwatcher.cli import build_parser
@@ -29,12 +30,8 @@ from loadwatcher.errors import ConfigError
 from loadwatcher.model import Resource
 from loadwatcher.pipeline import analysis
 from loadwatcher.pipeline.analysis import Quality
-from loadwatcher.providers.kube.access import (
-    SERVICE_TOKEN_FILENAME,
-    KubeAccess,
-    NotInClusterError,
-    open_client,
-)
+from loadwatcher.providers import registry
+from loadwatcher.providers.kube.access import KubeAccess, NotInClusterError, open_client
 from loadwatcher.providers.kube.metrics_server import MetricsServerOptions, MetricsServerProvider
 from loadwatcher.words import plural
 
@@ -78,7 +75,7 @@ def one_line(done: subprocess.CompletedProcess[str], code: int = 2) -> str:
 
 def config_error(yaml_text: str | None = None, env: dict[str, str] | None = None) -> str:
     with pytest.raises(ConfigError) as info:
-        config.resolve(yaml_text, env or {})
+        config.resolve(yaml_text, env or {}, catalogue=registry.catalogue())
     return str(info.value)
 
 
@@ -146,7 +143,7 @@ def test_a_bad_interval_asks_for_seconds() -> None:
 def test_every_number_says_its_kind_and_echoes_the_value(
     variable: str, value: str, message: str
 ) -> None:
-    key = next(s.key for s in config.SPECS if s.env_name == variable)
+    key = next(s.key for s in registry.catalogue().specs if s.env_name == variable)
     assert config_error(env={variable: value}) == f"{key} (from {variable}): {message}"
 
 
@@ -175,7 +172,7 @@ def test_every_number_says_its_kind_and_echoes_the_value(
     ],
 )
 def test_names_and_booleans_list_what_is_accepted(variable: str, value: str, message: str) -> None:
-    key = next(s.key for s in config.SPECS if variable in (s.env_name, *s.env))
+    key = next(s.key for s in registry.catalogue().specs if variable in (s.env_name, *s.env))
     assert config_error(env={variable: value}) == f"{key} (from {variable}): {message}"
 
 
@@ -402,7 +399,7 @@ def test_score_with_an_empty_kubeconfig_outside_a_cluster(tmp_path: Path) -> Non
 def subcommand(name: str) -> Any:
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
-    return sub.choices[name]
+    return cast(dict[str, Any], sub.choices)[name]
 
 
 @pytest.mark.parametrize("name", ["predict", "score"])

@@ -9,18 +9,27 @@ import sys
 import pytest
 
 from loadwatcher import config
+from loadwatcher.config import Settings
 from loadwatcher.errors import ConfigError
+from loadwatcher.providers import registry
+
+
+def resolve(
+    yaml_text: str | None, env: dict[str, str], flags: dict[str, str] | None = None
+) -> Settings:
+    """``config.resolve`` knowing every provider's names and settings."""
+    return config.resolve(yaml_text, env, flags, catalogue=registry.catalogue())
 
 
 def test_defaults_run_the_host_provider_on_2020() -> None:
-    s = config.resolve(None, {})
+    s = resolve(None, {})
     assert s.provider.name == "host"
     assert s.server.port == 2020
     assert s.journal.path == "loadwatcher.db"
 
 
 def test_go_load_watcher_variables() -> None:
-    s = config.resolve(
+    s = resolve(
         None,
         {
             "METRICS_PROVIDER_NAME": "Prometheus",
@@ -37,16 +46,14 @@ def test_go_load_watcher_variables() -> None:
 
 def test_yaml_then_env_then_flags() -> None:
     text = "server:\n  port: 3000\npoll:\n  interval_s: 30\n"
-    assert config.resolve(text, {}).server.port == 3000
-    assert config.resolve(text, {"LOADWATCHER_SERVER_PORT": "4000"}).server.port == 4000
-    s = config.resolve(text, {"LOADWATCHER_SERVER_PORT": "4000"}, {"port": "5000"})
+    assert resolve(text, {}).server.port == 3000
+    assert resolve(text, {"LOADWATCHER_SERVER_PORT": "4000"}).server.port == 4000
+    s = resolve(text, {"LOADWATCHER_SERVER_PORT": "4000"}, {"port": "5000"})
     assert s.server.port == 5000 and s.poll.interval_s == 30.0
 
 
 def test_our_variable_wins_over_the_go_alias() -> None:
-    s = config.resolve(
-        None, {"METRICS_PROVIDER_NAME": "Prometheus", "LOADWATCHER_PROVIDER_NAME": "host"}
-    )
+    s = resolve(None, {"METRICS_PROVIDER_NAME": "Prometheus", "LOADWATCHER_PROVIDER_NAME": "host"})
     assert s.provider.name == "host"
 
 
@@ -72,7 +79,7 @@ def test_our_variable_wins_over_the_go_alias() -> None:
 )
 def test_bad_values_name_the_setting(yaml_text, env, setting) -> None:
     with pytest.raises(ConfigError) as info:
-        config.resolve(yaml_text, env)
+        resolve(yaml_text, env)
     assert info.value.setting.split(" ")[0] == setting
 
 

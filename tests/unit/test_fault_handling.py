@@ -19,7 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import legacy_journal
 import numpy as np
 import pytest
 from backends import free_port
@@ -30,7 +29,6 @@ from loadwatcher.engine import Engine, EngineOptions
 from loadwatcher.errors import JournalError
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import FetchResult, Resource, Series
-from loadwatcher.pipeline import snapshot
 from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
 
@@ -248,8 +246,8 @@ async def test_shutdown_abandons_a_fetch_that_outlasts_the_grace(
 
 
 def test_the_service_starts_without_importing_unused_provider_clients() -> None:
-    """Restart-to-200 pays for every import: kubernetes_asyncio and influxdb-client take
-    ~0.5 s and only the metrics-server and Flux providers need them."""
+    """Restart-to-200 pays for every import: kubernetes_asyncio and influxdb-client are slow
+    to import and only the metrics-server and Flux providers need them."""
     code = (
         "import sys, loadwatcher.cli as c; c.build_parser(); import loadwatcher.app; "
         "print(sorted(m for m in ('kubernetes_asyncio', 'influxdb_client') if m in sys.modules))"
@@ -281,10 +279,10 @@ async def test_the_wal_is_folded_into_the_file_after_each_cycle_not_during_it(
         with contextlib.closing(sqlite3.connect(db)) as conn:
             assert {t for _, _, t, _ in journal_rows(conn)} == {T0}  # committed
         assert main_file_alone() == set()  # ... in the WAL only: the commit did not fold it
-        await e.settle()
+        await e.wait_idle_work()
         assert main_file_alone() == {T0}
         await e.cycle(T0 + 15)
-        await e.settle()
+        await e.wait_idle_work()
         assert main_file_alone() == {T0, T0 + 15}
     finally:
         await e.close()
@@ -306,15 +304,15 @@ async def test_a_failed_wal_fold_is_a_journal_problem_until_a_fold_succeeds(
     try:
         monkeypatch.setattr(e.journal, "fold_wal", full)
         await e.cycle(T0)
-        await e.settle()
+        await e.wait_idle_work()
         verdict = e.health(T0)
         assert not verdict.healthy and "disk is full" in verdict.body["journal"]["error"]
         await e.cycle(T0 + 15)  # the write itself succeeds: still not ok, the fold failed
         assert not e.health(T0 + 15).healthy
         monkeypatch.setattr(e.journal, "fold_wal", real)
-        await e.settle()
+        await e.wait_idle_work()
         await e.cycle(T0 + 30)
-        await e.settle()
+        await e.wait_idle_work()
         assert e.health(T0 + 30).body["journal"]["ok"] is True
         assert "persistence resumed" in caplog.text
         assert times(db) == {T0, T0 + 15, T0 + 30}  # nothing was lost meanwhile
@@ -359,7 +357,7 @@ async def test_freed_memory_is_given_back_after_the_cycle_off_the_event_loop(
     monkeypatch.setattr(allocator, "trim", trim)
     await e.recover()
     await e.cycle(T0)
-    await e.settle()
+    await e.wait_idle_work()
     assert calls == [(False, True)]
     await e.close()
 
@@ -373,7 +371,7 @@ async def _served_then_stopped(db: Path, cycles: int, clean: bool) -> dict[str, 
         await first.cycle(T0 + 15 * k)
     assert first.current is not None
     served = formats.document(first.current.snapshot, "15m", Format.DEFAULT)
-    await first.settle()
+    await first.wait_idle_work()
     if clean:
         await first.close()
     else:
@@ -390,9 +388,9 @@ def _snapshot_row(db: Path) -> bytes:
 async def test_after_a_crash_the_snapshot_is_rebuilt_from_the_journals_samples(
     tmp_path: Path,
 ) -> None:
-    """A crash leaves the last cycle's recipe: the windows are rebuilt from the samples as
-    of the snapshot's time, even when the restart comes after they all left the retention;
-    the store then drops them."""
+    """A crash leaves the last cycle's snapshot without windows: they are rebuilt from the
+    samples as of the snapshot's time, even when the restart comes after they all left the
+    retention; the store then drops them."""
     db = tmp_path / "lw.db"
     served = await _served_then_stopped(db, 70, clean=False)
     assert _snapshot_row(db).startswith(b"LWS3")
@@ -428,19 +426,35 @@ async def test_after_a_clean_stop_the_snapshot_is_served_before_the_samples_load
     await second.close()
 
 
-async def test_a_whole_snapshot_written_by_an_earlier_version_is_served(tmp_path: Path) -> None:
-    """The whole-snapshot layout as earlier versions wrote it every cycle (written here by
-    an independent encoder) restores as it is."""
+async def test_a_journal_of_another_schema_version_is_moved_aside_with_one_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file this version cannot read never stops the start (no crash loop): it is moved
+    aside with one error line saying where and why, a new journal is started, and the next
+    start opens that one as it is."""
     db = tmp_path / "lw.db"
-    await _served_then_stopped(db, 8, clean=True)
-    whole = snapshot.from_journal(_snapshot_row(db))
-    assert isinstance(whole, snapshot.Snapshot)
     with contextlib.closing(sqlite3.connect(db)) as conn, conn:
-        conn.execute("UPDATE snapshot SET body = ? WHERE id = 1", (legacy_journal.format_2(whole),))
-    second = engine(db, ["a", "b", "c"], clock=lambda: T0 + 200)
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.execute("INSERT INTO meta VALUES ('schema', '3')")
+    caplog.set_level(logging.INFO, logger="loadwatcher.engine")
+    first = engine(db, ["a"], clock=lambda: T0)
+    await first.recover()
+    moved = first.journal_status.quarantined
+    assert moved is not None and Path(moved).exists()
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [
+        f"journal {db} unusable (unknown journal schema version 3): moved aside to {moved} "
+        "and started a new one"
+    ]
+    assert first.health(T0).body["journal"]["quarantined"] == moved
+    await first.cycle(T0)
+    assert first.journal_status.ok
+    await first.close()
+    assert times(db) == {T0}
+
+    caplog.clear()
+    second = engine(db, ["a"], clock=lambda: T0 + 15)
     await second.recover()
-    assert second.current is not None
-    assert formats.document(second.current.snapshot, "15m", Format.DEFAULT) == formats.document(
-        whole, "15m", Format.DEFAULT
-    )
+    assert second.journal_status.quarantined is None and second.current is not None
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     await second.close()

@@ -31,6 +31,7 @@ from loadwatcher.errors import ConfigError, ProviderError
 from loadwatcher.model import WINDOWS, Resource, Series, SeriesBatch
 from loadwatcher.pipeline import rollups
 from loadwatcher.pipeline.store import SampleStore
+from loadwatcher.providers import registry
 from loadwatcher.providers.http import HttpSettings
 from loadwatcher.providers.influxdb import flux, influxql
 from loadwatcher.providers.influxdb.telegraf import FieldQuery, to_series
@@ -404,9 +405,10 @@ def test_kubernetes_error_answers(status: int, body: bytes) -> None:
 
 # --------------------------------------------------------------------------- configuration
 
-SETTING_KEYS = [spec.key for spec in config.SPECS]
-ENV_NAMES = [name for spec in config.SPECS for name in (spec.env_name, *spec.env)]
-FLAG_NAMES = [spec.flag for spec in config.SPECS if spec.flag]
+CATALOGUE = registry.catalogue()
+SETTING_KEYS = [spec.key for spec in CATALOGUE.specs]
+ENV_NAMES = [name for spec in CATALOGUE.specs for name in (spec.env_name, *spec.env)]
+FLAG_NAMES = [spec.flag for spec in CATALOGUE.specs if spec.flag]
 nasty_text = st.one_of(
     st.text(max_size=20),
     st.sampled_from(
@@ -493,7 +495,7 @@ def yaml_documents(draw: st.DrawFn) -> str:
 @example(None, {"LOADWATCHER_PROVIDER_TOKEN_FILE": "a" * 300}, {})
 def test_config_resolve(yaml_text: str | None, env: dict[str, str], flags: dict[str, Any]) -> None:
     try:
-        settings_ = config.resolve(yaml_text, env, flags)
+        settings_ = config.resolve(yaml_text, env, flags, catalogue=CATALOGUE)
     except ConfigError as exc:
         assert exc.setting and exc.message and "\n" not in str(exc).strip()
         return
@@ -504,7 +506,7 @@ def test_config_resolve(yaml_text: str | None, env: dict[str, str], flags: dict[
 @given(st.one_of(nasty_text, st.sampled_from(["/", "/proc/self/mem", "/dev/null", ".", "/bin/sh"])))
 def test_config_load_of_any_path(path: str) -> None:
     try:
-        config.load(path, {}, {})
+        config.load(path, {}, {}, catalogue=CATALOGUE)
     except ConfigError as exc:
         assert str(exc)
 

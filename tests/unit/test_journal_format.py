@@ -1,4 +1,5 @@
-"""The journal's file format: sample chunks, the snapshot recipe, and upgrades from schema 1.
+"""The journal's file format: sample chunks, the snapshot's two journal forms, and the files
+it does not take (moved aside, a new journal started).
 
 No backend: these drive ``Journal`` and ``snapshot`` directly and read the file with plain
 ``sqlite3`` where the format itself is the point.
@@ -9,7 +10,6 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-import legacy_journal
 import numpy as np
 import pytest
 from faults import journal_rows
@@ -70,53 +70,39 @@ def assert_same(a: snapshot.Snapshot, b: snapshot.Snapshot) -> None:
             assert np.array_equal(w.values[op], v.values[op])  # bit for bit, not approximately
 
 
-def test_the_journal_keeps_the_snapshot_recipe_and_rebuilds_the_same_windows() -> None:
+def test_the_journal_keeps_the_snapshot_without_windows_and_rebuilds_the_same_ones() -> None:
     snap, store = make_snapshot_and_store()
-    body = snapshot.to_journal(snap)
+    body = snapshot.encode_without_windows(snap)
     assert body.startswith(b"LWS3") and len(body) < 1000
-    recipe = snapshot.from_journal(body)
-    assert isinstance(recipe, snapshot.Recipe)
-    assert_same(snap, recipe.build(store.columns, list(store.keys)))
+    without_windows = snapshot.decode(body)
+    assert isinstance(without_windows, snapshot.SnapshotWithoutWindows)
+    assert_same(snap, without_windows.build(store.columns, list(store.keys)))
 
 
 def test_the_whole_snapshot_written_at_shutdown_reads_back_exactly() -> None:
     snap = make_snapshot()
-    back = snapshot.from_journal(snapshot.to_bytes(snap))
+    back = snapshot.decode(snapshot.encode_whole(snap))
     assert isinstance(back, snapshot.Snapshot)
     assert_same(snap, back)
-    assert snapshot.to_bytes(snap) == legacy_journal.format_2(snap)  # the same layout
-
-
-def test_whole_snapshots_of_earlier_journals_still_read() -> None:
-    snap = make_snapshot()
-    for blob in (
-        legacy_journal.format_2(snap),
-        legacy_journal.format_1(snap),
-        legacy_journal.published_1(legacy_journal.format_2(snap)),
-    ):
-        back = snapshot.from_journal(blob)
-        assert isinstance(back, snapshot.Snapshot)
-        assert_same(snap, back)
 
 
 def test_damaged_snapshot_bytes_are_a_value_error() -> None:
-    recipe = snapshot.to_journal(make_snapshot())
-    old = legacy_journal.format_2(make_snapshot())
+    without_windows = snapshot.encode_without_windows(make_snapshot())
+    whole = snapshot.encode_whole(make_snapshot())
     for bad in (
-        recipe[:6],
-        recipe[:-8],
+        without_windows[:6],
+        without_windows[:-8],
         b"LWS3" + b"\x1f\x8b" + b"\xff" * 20,
-        old[:6],
-        old[:-8],
-        old + b"\0" * 8,
+        whole[:6],
+        whole[:-8],
+        whole + b"\0" * 8,
         b"LWS2" + b"\xff" * 20,
         b"LWP1",
-        legacy_journal.published_1(old)[:30],
         b"{}",
         b"",
     ):
         with pytest.raises(ValueError):
-            snapshot.from_journal(bad)
+            snapshot.decode(bad)
 
 
 async def write(db: Path, *cycles: tuple[Columns, float]) -> None:
@@ -168,39 +154,6 @@ async def test_a_sample_written_twice_reads_back_once_with_the_last_value(tmp_pa
     assert got.val.tolist() == [7.0, 1.0, 8.0]
 
 
-async def test_a_schema_1_journal_is_upgraded_in_place_without_losing_samples(
-    tmp_path: Path,
-) -> None:
-    db = tmp_path / "lw.db"
-    with sqlite3.connect(db) as conn:  # the layout the first release wrote
-        conn.executescript(
-            """
-            CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-            CREATE TABLE series (id INTEGER PRIMARY KEY, node TEXT NOT NULL,
-                resource TEXT NOT NULL, UNIQUE (node, resource));
-            CREATE TABLE samples (series INTEGER NOT NULL, ts REAL NOT NULL,
-                value REAL NOT NULL, PRIMARY KEY (series, ts)) WITHOUT ROWID;
-            CREATE TABLE snapshot (id INTEGER PRIMARY KEY CHECK (id = 1),
-                taken_at REAL NOT NULL, body BLOB NOT NULL);
-            INSERT INTO meta VALUES ('schema', '1');
-            INSERT INTO series VALUES (0, 'a', 'cpu'), (1, 'b', 'memory');
-            INSERT INTO samples VALUES (1, 15, 0.1), (0, 30, 12.5), (0, 15, 11.25);
-            """
-        )
-    got = await load(db, 0)
-    assert (got.sid.tolist(), got.ts.tolist(), got.val.tolist()) == (
-        [0, 0, 1],
-        [15.0, 30.0, 15.0],
-        [11.25, 12.5, 0.1],
-    )
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0] == "2"
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        assert "samples" not in tables and "chunks" in tables
-    await write(db, (cols([1], [45], [3]), 0))  # and it goes on as a schema-2 file
-    assert (await load(db, 0)).ts.tolist() == [15.0, 30.0, 15.0, 45.0]
-
-
 async def test_a_torn_chunk_is_a_journal_error_not_a_crash(tmp_path: Path) -> None:
     db = tmp_path / "lw.db"
     await write(db, (cols([0, 1], [10, 10], [1, 2]), 0))
@@ -238,3 +191,71 @@ async def test_series_of_a_resource_this_version_does_not_know_are_left_out(
         [10.0, 20.0, 10.0],
         [1.0, 3.0, 2.0],
     )
+
+
+def quarantined_files(db: Path) -> list[Path]:
+    moved = db.parent.glob(db.name + ".corrupt-*")
+    return sorted(p for p in moved if not p.name.endswith(("-wal", "-shm")))
+
+
+async def assert_moved_aside_and_replaced(db: Path, reason: str) -> None:
+    """Opening ``db`` moves it aside for ``reason`` and starts a new, working journal."""
+    before = db.read_bytes()
+    journal = Journal(str(db))
+    report = await journal.open()
+    try:
+        assert report.quarantined is not None and reason in (report.reason or "")
+        assert [Path(report.quarantined)] == quarantined_files(db)
+        assert Path(report.quarantined).read_bytes() == before  # kept as it was
+        await journal.write_cycle(KEYS, cols([0], [10], [1]), 0, b"snap", 1.0)
+    finally:
+        await journal.close()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0] == "2"
+    assert (await load(db, 0)).ts.tolist() == [10.0]
+    assert len(quarantined_files(db)) == 1  # the new file opens as it is
+
+
+@pytest.mark.parametrize("version", ["1", "3"])
+async def test_a_file_of_another_schema_version_is_moved_aside(
+    tmp_path: Path, version: str
+) -> None:
+    """No version with another schema was released: nothing to convert, and a file of a later
+    version must not be mixed with this one's tables."""
+    db = tmp_path / "lw.db"
+    with sqlite3.connect(db) as conn:
+        conn.executescript(
+            f"""
+            CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            CREATE TABLE chunks (id INTEGER PRIMARY KEY, payload BLOB);
+            INSERT INTO meta VALUES ('schema', '{version}');
+            """
+        )
+    await assert_moved_aside_and_replaced(db, f"unknown journal schema version {version}")
+
+
+async def test_a_database_that_is_not_a_journal_is_moved_aside(tmp_path: Path) -> None:
+    db = tmp_path / "lw.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+    await assert_moved_aside_and_replaced(db, "not a loadwatcher journal")
+
+
+async def test_a_file_that_is_not_a_database_is_moved_aside(tmp_path: Path) -> None:
+    db = tmp_path / "lw.db"
+    db.write_bytes(b"this is not a database, it is garbage" * 100)
+    await assert_moved_aside_and_replaced(db, "not a database")
+
+
+async def test_a_file_failing_its_quick_check_is_moved_aside(tmp_path: Path) -> None:
+    db = tmp_path / "lw.db"
+    await write(db, (cols([0, 1], [10, 10], [1, 2]), 0))
+    with sqlite3.connect(db) as conn:
+        root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'chunks_ts_max'")
+        page = root.fetchone()[0]
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    with db.open("r+b") as f:  # an impossible cell count in the index's page header
+        f.seek((page - 1) * page_size + 3)
+        f.write(b"\xff\xff")
+    await assert_moved_aside_and_replaced(db, "integrity check failed: Page")

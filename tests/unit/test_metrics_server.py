@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fake_kube import FakeApiServer, kubeconfig, node, node_metrics, serve_tls
@@ -44,7 +45,15 @@ GI = 2**30
 
 # name, capacity (cpu, memory), allocatable (cpu, memory), usage (cpu, memory) or None,
 # and the exact expected percent of capacity (cpu, memory).
-NODES = [
+NODES: list[
+    tuple[
+        str,
+        tuple[str, str],
+        tuple[str, str],
+        tuple[str, str] | None,
+        tuple[Fraction | int, Fraction | int] | None,
+    ]
+] = [
     ("node-a", ("4", "16Gi"), ("3920m", "15Gi"), ("1500m", "4Gi"), (Fraction(375, 10), 25)),
     (
         "node-b",
@@ -89,6 +98,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     server = await serve_tls(fake, pki)
     url = f"https://127.0.0.1:{server.port}"
     try:
+        assert server.port is not None
         yield Cluster(
             fake, pki, url, server.port, kubeconfig(tmp_path / "kc", url, pki, "sa-token")
         )
@@ -130,6 +140,7 @@ async def test_usage_is_exact_percent_of_capacity_over_paged_lists(cluster: Clus
     for name, _, _, usage, expected in NODES:
         if usage is None:
             continue
+        assert expected is not None
         assert got[(name, Resource.CPU)][1] == float(expected[0]), name
         assert got[(name, Resource.MEMORY)][1] == float(expected[1]), name
         assert got[(name, Resource.CPU)][0] == now - 5  # the NodeMetrics timestamp
@@ -380,7 +391,7 @@ def test_parse_time() -> None:
 
 
 def test_bad_quantities_are_left_out_not_fatal() -> None:
-    items = [
+    items: list[dict[str, Any]] = [
         {"metadata": {"name": "n1"}, "status": {"capacity": {"cpu": "4x", "memory": "1Gi"}}},
         {"metadata": {}, "status": {}},
         {"metadata": {"name": "n2"}},

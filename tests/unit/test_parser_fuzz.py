@@ -44,8 +44,8 @@ def bytes_path(body: bytes) -> SeriesBatch:
     """``parse_answer``'s result, checking that it came the bytes way, not the fallback."""
     memo = ParseMemo()
     batch, _ = parse_answer(body, Resource.CPU, 100.0, memo, "q")
-    cut = jsonbytes.cut(body)
-    assert cut is not None and memo.layout(Resource.CPU, cut.skeleton) is not None
+    split = jsonbytes.split_samples(body)
+    assert split is not None and memo.layout(Resource.CPU, split.without_samples) is not None
     return batch
 
 

@@ -2,13 +2,15 @@
 
 The service answers HTTP/1.1 keep-alive requests for a body with prebuilt bytes written to
 the transport (``prepared``) and other requests with aiohttp's ``web.Response``; both must
-say the same thing. No backend needed: the engine is given a published snapshot.
+say the same thing, and when aiohttp no longer has the shape ``prepared`` relies on, every
+request gets ``web.Response``. No backend needed: the engine is given a published snapshot.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gzip
+import logging
 import re
 import ssl
 import weakref
@@ -18,15 +20,19 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
+from aiohttp.web_protocol import RequestHandler
 from backends import free_port
 from service import settings
-from test_published import make_snapshot
+
+# A sibling test module: on sys.path when pytest runs (rootdir import), not on mypy's path.
+from test_published import make_snapshot  # type: ignore[import-not-found]
 from tls import make_pki
 
 from loadwatcher import app
 from loadwatcher.engine import Engine, published
-from loadwatcher.http import api, prepared
+from loadwatcher.http import api, negotiation, prepared
 from loadwatcher.http.security import TlsReloader
+from loadwatcher.wire.formats import Format
 
 
 @pytest.mark.parametrize(
@@ -56,9 +62,9 @@ from loadwatcher.http.security import TlsReloader
     ],
 )
 def test_gzip_negotiation_follows_q_values(header: str, gzip_wanted: bool) -> None:
-    assert prepared.wants_gzip(header) is gzip_wanted
-    assert prepared.accepts_gzip(header) is gzip_wanted
-    assert prepared.accepts_gzip(header) is gzip_wanted  # remembered answer
+    assert negotiation.wants_gzip(header) is gzip_wanted
+    assert negotiation.accepts_gzip(header) is gzip_wanted
+    assert negotiation.accepts_gzip(header) is gzip_wanted  # remembered answer
 
 
 def test_date_line_is_an_http_date() -> None:
@@ -71,7 +77,7 @@ def test_date_line_is_an_http_date() -> None:
 async def served(aiohttp_client) -> AsyncIterator[tuple[TestClient, Engine, published.Body]]:
     engine = app.build_engine(settings({}))
     engine.current = published.publish(make_snapshot(20))
-    body = engine.current.body_now(engine.current.key(None, api.Format.DEFAULT))
+    body = engine.current.body_now(engine.current.key(None, Format.DEFAULT))
     assert body is not None
     client = await aiohttp_client(api.make_app(engine))
     yield client, engine, body
@@ -80,6 +86,10 @@ async def served(aiohttp_client) -> AsyncIterator[tuple[TestClient, Engine, publ
 
 async def test_plain_gzip_304_and_head(served) -> None:
     client, _, body = served
+    await assert_plain_gzip_304_and_head(client, body)
+
+
+async def assert_plain_gzip_304_and_head(client: TestClient, body: published.Body) -> None:
     plain = await client.get("/watcher", headers={"Accept-Encoding": "identity"})
     assert plain.status == 200 and await plain.read() == body.raw
     assert plain.headers["Content-Type"] == "application/json"
@@ -212,7 +222,7 @@ async def large(aiohttp_client) -> AsyncIterator[tuple[TestClient, published.Bod
     """1,000 nodes: bodies bigger than the socket buffers, so that sends are partial."""
     engine = app.build_engine(settings({}))
     engine.current = published.publish(make_snapshot(1000))
-    body = engine.current.body_now(engine.current.key(None, api.Format.DEFAULT))
+    body = engine.current.body_now(engine.current.key(None, Format.DEFAULT))
     assert body is not None
     client = await aiohttp_client(api.make_app(engine))
     yield client, body
@@ -238,7 +248,9 @@ async def test_pipelined_large_bodies_to_a_slow_reader_arrive_whole(
     for encoding in encodings:
         status = await reader.readuntil(b"\r\n\r\n")
         assert status.startswith(b"HTTP/1.1 200 OK"), status
-        length = int(re.search(rb"Content-Length: (\d+)", status).group(1))
+        content_length = re.search(rb"Content-Length: (\d+)", status)
+        assert content_length is not None
+        length = int(content_length.group(1))
         payload = b""
         while len(payload) < length:
             payload += await reader.read(min(65536, length - len(payload)))
@@ -248,14 +260,15 @@ async def test_pipelined_large_bodies_to_a_slow_reader_arrive_whole(
 
 
 def test_a_new_spool_each_second_and_old_ones_closed(monkeypatch) -> None:
-    variant = prepared.Variant(b"x" * 1000, '"e"', "gzip")
-    monkeypatch.setattr(prepared.time, "time", lambda: 100.2)
-    first = variant.response(200, with_body=True)
-    assert variant.response(200, with_body=True)._spool is first._spool  # same second
+    encoded = prepared.EncodedBody(b"x" * 1000, '"e"', "gzip")
+    # prepared.time is the module's own import of time (not exported): the clock it reads.
+    monkeypatch.setattr(prepared.time, "time", lambda: 100.2)  # type: ignore[attr-defined]
+    first = encoded.response(200, with_body=True)
+    assert encoded.response(200, with_body=True)._spool is first._spool  # same second
     assert first._spool is not None and not first._spool.closed
     spool = weakref.ref(first._spool)
-    monkeypatch.setattr(prepared.time, "time", lambda: 101.0)
-    later = variant.response(200, with_body=True)
+    monkeypatch.setattr(prepared.time, "time", lambda: 101.0)  # type: ignore[attr-defined]
+    later = encoded.response(200, with_body=True)
     assert later._spool is not first._spool and b"GMT" in later._data
     del first
     assert spool() is None  # closed and freed once no response holds it
@@ -266,7 +279,7 @@ async def test_keep_alive_over_tls_is_encrypted_not_sent_from_the_file(tmp_path)
     pki = make_pki(tmp_path / "pki")
     engine = app.build_engine(settings({}))
     engine.current = published.publish(make_snapshot(300))
-    body = engine.current.body_now(engine.current.key(None, api.Format.DEFAULT))
+    body = engine.current.body_now(engine.current.key(None, Format.DEFAULT))
     assert body is not None
     runner = web.AppRunner(api.make_app(engine), access_log=None)
     await runner.setup()
@@ -300,25 +313,85 @@ async def test_without_memory_files_responses_are_written_whole(served, monkeypa
     def refuse(*_: object) -> int:
         raise PermissionError(1, "Operation not permitted")
 
-    monkeypatch.setattr(prepared.os, "memfd_create", refuse)
+    # prepared.os and prepared.time are the module's own imports (not exported): what it calls.
+    monkeypatch.setattr(prepared.os, "memfd_create", refuse)  # type: ignore[attr-defined]
     monkeypatch.setattr(prepared, "_spooling", True)
-    monkeypatch.setattr(prepared.time, "time", lambda: 12345.0)  # a second not cached yet
+    # A second not cached yet.
+    monkeypatch.setattr(prepared.time, "time", lambda: 12345.0)  # type: ignore[attr-defined]
     for _ in range(2):
         resp = await client.get("/watcher", headers={"Accept-Encoding": "identity"})
         assert resp.status == 200 and await resp.read() == body.raw
     assert prepared._spooling is False
 
 
-def test_variant_cache_builds_heads_once_per_body_and_forgets_dropped_bodies() -> None:
+def test_encodings_cache_builds_heads_once_per_body_and_forgets_dropped_bodies() -> None:
     """The engine publishes bodies; the HTTP side keeps their heads only while they live."""
     import gc
 
-    cache = prepared.VariantCache()
+    cache = prepared.EncodingsCache()
     body = published.make_body(b'{"timestamp": 1}')
-    variants = cache(body)
-    assert cache(body) is variants
-    assert variants.identity.payload == body.raw and variants.gzip.payload == body.gz
+    encodings = cache(body)
+    assert cache(body) is encodings
+    assert encodings.identity.payload == body.raw and encodings.gzip.payload == body.gz
     assert len(cache._by_body) == 1
-    del body, variants
+    del body, encodings
     gc.collect()
     assert cache._by_body == {}
+
+
+def test_the_installed_aiohttp_has_the_shape_prepared_responses_rely_on() -> None:
+    assert prepared.aiohttp_mismatch() is None
+
+
+def _reshape_aiohttp(change: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change of aiohttp's internals that aiohttp itself still works with."""
+    if change == "request.writer removed":
+        monkeypatch.delattr(web.BaseRequest, "writer")
+    elif change == "finish_response reshaped":
+        finish = RequestHandler.finish_response
+
+        async def finish_response(self: RequestHandler, *args: object) -> object:
+            return await finish(self, *args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(RequestHandler, "finish_response", finish_response)
+    else:  # a StreamResponse attribute named as one of PreparedResponse's own
+        init = web.StreamResponse.__init__
+
+        def new_init(self: web.StreamResponse, *args: object, **kwargs: object) -> None:
+            init(self, *args, **kwargs)  # type: ignore[arg-type]
+            self._spool = None  # type: ignore[attr-defined]
+
+        monkeypatch.setattr(web.StreamResponse, "__init__", new_init)
+
+
+@pytest.mark.parametrize(
+    "change", ["request.writer removed", "finish_response reshaped", "_spool taken"]
+)
+async def test_when_aiohttp_changes_shape_every_response_is_aiohttp_own(
+    aiohttp_client, monkeypatch, caplog, change
+) -> None:
+    """Checked at start: logged once, then aiohttp's ``web.Response`` answers everything."""
+    _reshape_aiohttp(change, monkeypatch)
+    assert prepared.aiohttp_mismatch() is not None
+    monkeypatch.setattr(prepared, "_fits", None)  # as in a fresh process
+
+    def never(*_: object, **__: object) -> None:
+        raise AssertionError("a prepared response was built")
+
+    monkeypatch.setattr(prepared.PreparedResponse, "__init__", never)
+    engine = app.build_engine(settings({}))
+    engine.current = published.publish(make_snapshot(20))
+    body = engine.current.body_now(engine.current.key(None, Format.DEFAULT))
+    assert body is not None
+    with caplog.at_level(logging.WARNING, logger="loadwatcher.prepared"):
+        client = await aiohttp_client(api.make_app(engine))
+        await assert_plain_gzip_304_and_head(client, body)
+        get = b"GET /watcher HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n\r\n"
+        answers = split_responses(await raw_exchange(client, get * 2))  # one connection
+        assert len(answers) == 2
+        for status, headers, payload in answers:
+            assert status == b"HTTP/1.1 200 OK" and payload == body.gz
+            assert headers["content-encoding"] == "gzip"
+    warnings = [r for r in caplog.records if "not shaped as prepared responses" in r.message]
+    assert len(warnings) == 1, caplog.records
+    await engine.close()

@@ -1,4 +1,4 @@
-"""The Prometheus answer read from bytes (the fast path): tricky layouts, the skeleton memo, the
+"""The Prometheus answer read from bytes (the fast path): tricky layouts, the layout memo, the
 store's batches, and HTTP errors worded as before. Randomised checks are in
 test_parser_fuzz.py; these are the cases worth naming."""
 
@@ -47,8 +47,8 @@ def both(text: bytes, memo: ParseMemo | None = None) -> tuple[SeriesBatch, bool]
     )
     assert got.ts.view(np.int64).tolist() == want.ts.view(np.int64).tolist()
     assert got.values.view(np.int64).tolist() == want.values.view(np.int64).tolist()
-    cut = jsonbytes.cut(text)
-    return got, cut is not None and memo.layout(Resource.CPU, cut.skeleton) is not None
+    split = jsonbytes.split_samples(text)
+    return got, split is not None and memo.layout(Resource.CPU, split.without_samples) is not None
 
 
 @pytest.mark.parametrize(
@@ -117,7 +117,7 @@ def test_errors_are_worded_as_by_the_json_path(text: bytes) -> None:
     assert got == want != "accepted"
 
 
-def test_remembered_skeleton_still_reads_new_numbers() -> None:
+def test_remembered_layout_still_reads_new_numbers() -> None:
     memo = ParseMemo()
     first, fast = both(body(item("a:1", ("1", "0.5")), item("b:1", ("1", "0.25"))), memo)
     assert fast

@@ -1,4 +1,4 @@
-"""renderbytes: the same bytes as orjson encoding ``formats.document``, for every body shape."""
+"""fastencode: the same bytes as orjson encoding ``formats.document``, for every body shape."""
 
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ def test_nodes_whose_first_resource_differs_and_metadata_on_every_node() -> None
 
 
 def test_control_characters_cannot_pass_for_the_node_marker() -> None:
-    """orjson escapes a NUL inside any string, so only the skeleton's marker splits it."""
+    """orjson escapes a NUL inside any string, so only the node marker splits the text."""
     keys = [("a\x00b", Resource.CPU), ("\x00", Resource.MEMORY), ("c", Resource.CPU)]
     snap = snapshot_of(
         keys,
@@ -190,6 +190,7 @@ def test_any_snapshot_gives_the_same_bytes(keys: list[tuple[str, Resource]], dat
 @pytest.mark.parametrize("nodes", [1, 250])
 def test_bodies_of_a_built_snapshot(nodes: int) -> None:
     """Through snapshot.build (rollups of a real store), as the service renders them."""
-    from test_published import make_snapshot
+    # A sibling test module: on sys.path when pytest runs (rootdir import), not on mypy's path.
+    from test_published import make_snapshot  # type: ignore[import-not-found]
 
     assert_same_bytes(make_snapshot(nodes))

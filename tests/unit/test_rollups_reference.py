@@ -97,7 +97,7 @@ ragged = st.lists(
 @given(ragged, st.integers(1_000, 1_000_000))
 def test_every_window_matches_the_per_series_reference(specs, end: int) -> None:
     store = SampleStore()
-    inputs = []
+    inputs: list[tuple[np.ndarray, np.ndarray]] = []
     for time_kind, value_kind, seed in specs:
         rng = np.random.default_rng(seed)
         ts = times(time_kind, end, rng)

@@ -1,13 +1,9 @@
 """Flux over ``POST /api/v2/query`` (InfluxDB 2.x) with ``influxdb-client``'s async client.
 
-The client handles the ``Authorization: Token …`` header, TLS, and the annotated CSV that
-2.x answers (including errors reported inside a 200 body); this module builds the query
-text, turns the client's records into points, and maps the client's exceptions to
-``ProviderError``. Flux ranges exclude their stop, so ``stop`` is one nanosecond past the
-inclusive end. The bucket is ``influxdb.database`` and the organisation ``influxdb.org``.
-
-A token read from a file is re-read on every fetch; when it changed, the client is rebuilt
-with the new one (the client takes its token once, at construction).
+The client handles auth, TLS and the annotated CSV (errors inside a 200 body included); this
+module builds the query, turns records into points and maps the client's exceptions to
+``ProviderError``. Flux ranges exclude their stop, so ``stop`` is one nanosecond past the end.
+The client takes its token once, so a token file that changed rebuilds it.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """InfluxQL over ``GET /query``: InfluxDB 1.x, 2.x (v1 compatibility API) and 3.x.
 
-One statement per resource, grouped by the host tag, timestamps as integer nanoseconds
-(``epoch=ns``) so that no precision is lost on the way::
-
-    SELECT "usage_idle" FROM "cpu" WHERE "cpu" = 'cpu-total'
-      AND time >= 1699999100000000000 AND time <= 1700000000000000000 GROUP BY "host"
-
-InfluxDB answers ``200`` even when a statement fails (``results[i].error``, e.g. ``database
-not found``), so statement errors are mapped here; HTTP-level failures (401, 400 parse error,
-timeouts, bodies that are not JSON) are mapped by ``HttpBackend``.
-
-Auth: ``provider.token`` is sent as ``Authorization: Token …`` (2.x, 3.x) or ``Bearer …``
-(1.x JWT, 3.x); with ``influxdb.username`` set it is the password of HTTP basic auth instead
-(1.x users, or 2.x's v1 API with any user name and the token as password).
+One statement per resource grouped by the host tag, timestamps in integer nanoseconds
+(``epoch=ns``) so no precision is lost. InfluxDB answers 200 even when a statement fails
+(``results[i].error``), so statement errors are mapped here; HTTP failures by ``HttpBackend``.
+``provider.token`` goes as ``Token`` or ``Bearer``, or with ``influxdb.username`` as the
+password of basic auth.
 """
 
 from __future__ import annotations

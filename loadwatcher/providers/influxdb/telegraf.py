@@ -1,24 +1,10 @@
-"""InfluxDB: raw Telegraf points over InfluxQL (``GET /query``) or Flux (``/api/v2/query``).
+"""What InfluxQL and Flux share: Telegraf's schema, the time range, and the provider.
 
-The defaults follow Telegraf's standard schema, so a stock Telegraf + InfluxDB needs no
-query settings at all::
-
-    CPU    = 100 − usage_idle   of measurement cpu   where tag cpu = 'cpu-total'
-    memory = used_percent       of measurement mem
-    node   = tag host
-
-Like the Prometheus provider, the service fetches raw points, never pre-aggregated ones, and
-computes its own rollups: a cold start reads the whole retention, later polls read only
-``(since − overlap, now]`` (the store drops what it already holds). Both ends of the range
-are inclusive, as a Prometheus range selector's are.
-
-Where Telegraf also writes ``mem.total`` (bytes) and ``system.n_cpus``, they are published as
-the node's ``capacity.memory`` and ``capacity.cpu`` metadata (Kubernetes quantity strings).
-InfluxDB knows nothing of allocatable, so that is left out.
-
-The query language is a backend (``influxql.InfluxQLBackend``, ``flux.FluxBackend``) behind
-one small protocol; this module holds what both share and is free of I/O apart from
-``InfluxDBProvider.fetch``.
+The defaults read stock Telegraf (CPU = 100 − ``cpu.usage_idle`` where ``cpu='cpu-total'``,
+memory = ``mem.used_percent``, node = tag ``host``). Raw points, never pre-aggregated ones:
+a cold start reads the whole retention, later polls ``(since − overlap, now]``, both ends
+inclusive as in Prometheus. Telegraf's ``mem.total`` and ``system.n_cpus`` become the node's
+capacity metadata. The query language is a ``Backend``; only ``InfluxDBProvider.fetch`` does I/O.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Where the Kubernetes API server is and how to authenticate: ``kubernetes_asyncio``'s loading.
 
 One path for the metrics-server provider and ``loadwatcher score --kubeconfig``: a kubeconfig
-file (contexts, tokens and token files, client certificates, CA files and data,
-insecure-skip-tls-verify, exec plugins) or, without one, the pod's service account
-(``KUBERNETES_SERVICE_HOST``/``_PORT``, the mounted token and the cluster CA).
-
-The library's loading is used as it is, with four corrections where it would fail late or
-unclearly: a missing file, no kubeconfig outside a cluster, a cluster without an http(s)
-server, and a token file's trailing newline. Every failure is one ``ConfigError`` line that
-names the file but never quotes it, because a kubeconfig holds credentials.
+file or, without one, the pod's service account. The library's loading is used as it is,
+corrected where it would fail late or unclearly (a missing file, no kubeconfig outside a
+cluster, a cluster without an http(s) server, a token file's trailing newline). A failure is
+one ``ConfigError`` line that names the file but never quotes it: it holds credentials.
 """
 
 from __future__ import annotations

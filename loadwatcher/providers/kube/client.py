@@ -1,15 +1,9 @@
 """The Kubernetes API for the metrics-server provider: auth, paged lists, error mapping.
 
-Config loading and auth are ``kubernetes_asyncio``'s, through ``kubeaccess`` (shared with
-``loadwatcher score --kubeconfig``): a kubeconfig file (``KUBE_CONFIG``) or, without one, the
-pod's service account. The service-account token is re-read whenever its file changes,
-because kubelet rotates projected tokens (the library alone re-reads it only once a minute).
-A 401 rebuilds the client once, which re-reads the kubeconfig and re-runs its exec plugin.
-
-Requests go through the library's ``ApiClient.call_api`` unparsed (``_preload_content=False``)
-so that large lists are decoded once, by orjson, and every failure is mapped here to a
-``ProviderError``. Lists follow ``metadata.continue``; an expired continue token (410) restarts
-the list once from the beginning.
+Auth is ``kubernetes_asyncio``'s, loaded by ``access.py``. The service-account token is
+re-read whenever its file changes (kubelet rotates it; the library re-reads it only now and
+then), and a 401 rebuilds the client once. Answers are read unparsed and decoded by orjson;
+lists follow ``metadata.continue`` and restart once when the continue token expired (410).
 """
 
 from __future__ import annotations

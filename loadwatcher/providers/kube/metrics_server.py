@@ -1,23 +1,11 @@
 """Kubernetes metrics-server: NodeMetrics usage as percent of each node's capacity.
 
-    cpu %    = usage.cpu    / status.capacity.cpu    × 100   (or status.allocatable)
-    memory % = usage.memory / status.capacity.memory × 100
-
-from ``GET /apis/metrics.k8s.io/v1beta1/nodes`` and ``GET /api/v1/nodes``, with quantities
-parsed exactly (``loadwatcher.quantity``) and divided as fractions. Capacity is the default
-divisor because NodeMetrics usage covers the whole node, system daemons included, so it can
-legitimately exceed allocatable (and the store drops values over 100 %).
-
-metrics-server knows only the current value, so each poll yields one sample per node and
-resource, stamped with the NodeMetrics ``timestamp`` (the end of its measuring window; never
-later than ``now``). Polling faster than metrics-server scrapes therefore adds no duplicate:
-the store keeps one sample per timestamp. The store accumulates the 15-minute windows poll by
-poll, and the journal carries them across restarts.
-
-Nodes in the node list without metrics are still reported (``known_nodes``) and named in a
-notice, so they show up as missing instead of silently vanishing. The node list (large
-objects) is re-read every ``node_list_interval_s``; between reads, and when a read fails, the
-last one is used.
+``usage / status.capacity × 100`` (or ``status.allocatable``), with exact quantities divided
+as fractions. Capacity is the default because usage covers the whole node, system daemons
+included, and can exceed allocatable. metrics-server knows only the current value: one
+sample per node and resource per poll, stamped with the NodeMetrics ``timestamp``. Nodes
+without metrics are still reported (``known_nodes``) and named in a notice. The node list is
+re-read every ``node_list_interval_s``; between reads, and after a failed one, the last is used.
 """
 
 from __future__ import annotations

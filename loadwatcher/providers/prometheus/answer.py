@@ -2,11 +2,13 @@
 
 Two readings give the same series, the same float64 bits and the same errors:
 
-- the bytes path: ``promjson`` cuts the sample arrays out of the text and parses their
-  numbers in bulk; only the small skeleton (status, labels) is decoded, and not even that
-  when it is byte for byte the last poll's (``ParseMemo``);
+- the bytes path: ``jsonbytes`` takes the sample arrays out of the text and parses their
+  numbers in bulk; only the rest (status, labels) is decoded, and not even that when it is
+  byte for byte the last poll's (``ParseMemo``);
 - the JSON path, ``parse_matrix`` over the decoded document, for answers the bytes path
   does not recognise (pretty-printed, another key order, escapes, errors).
+
+benchmarks/fastpaths.py measures the one against the other in the poll cycle.
 
 Series keep the answer's order; a node met twice (two ``job`` labels) stays twice, and the
 store merges the two, the later one winning at equal timestamps.
@@ -46,7 +48,7 @@ def node_name(value: str, strip_port: bool) -> str:
 
 @dataclass(frozen=True)
 class _Layout:
-    """What an answer's skeleton says: the key of each labelled series, which items are
+    """What an answer's labels say: the key of each labelled series, which items are
     labelled (None: all of them) and how many are not."""
 
     keys: list[tuple[str, Resource]]
@@ -58,8 +60,8 @@ class ParseMemo:
     """How series name their node, and what parsing remembers from one poll to the next.
 
     The node is the value of ``label``, ``:port`` stripped if asked. Remembered: node names
-    by label value (every poll sees the same few thousand), and per resource the last
-    answer's skeleton with what it said — while no series come or go the skeleton is byte
+    by label value (every poll sees the same ones), and per resource the last answer
+    without its samples, with what its labels said: while no series come or go it is byte
     for byte the same, so it need not be decoded and walked again.
     """
 
@@ -85,12 +87,12 @@ class ParseMemo:
                 known[value] = node_name(value, self.strip_port)
             return list(map(known.__getitem__, values))
 
-    def layout(self, resource: Resource, skeleton: bytes) -> _Layout | None:
+    def layout(self, resource: Resource, without_samples: bytes) -> _Layout | None:
         last = self._last.get(resource)
-        return last[1] if last is not None and last[0] == skeleton else None
+        return last[1] if last is not None and last[0] == without_samples else None
 
-    def remember(self, resource: Resource, skeleton: bytes, layout: _Layout) -> None:
-        self._last[resource] = (skeleton, layout)
+    def remember(self, resource: Resource, without_samples: bytes, layout: _Layout) -> None:
+        self._last[resource] = (without_samples, layout)
 
 
 def parse_answer(
@@ -98,24 +100,24 @@ def parse_answer(
 ) -> tuple[SeriesBatch, int]:
     """Series from the bytes of a ``/api/v1/query`` answer, and how many lacked the node label.
 
-    The samples go straight from text to columns (``promjson``) when the answer has the
+    The samples go straight from text to columns (``jsonbytes``) when the answer has the
     usual layout, and through a full JSON decode (``parse_matrix``) otherwise: the same
     result and the same errors either way. Raises ``orjson.JSONDecodeError`` when the body
     is not JSON (the caller knows the URL to name).
     """
-    cut = jsonbytes.cut(body)
-    layout = None if cut is None else memo.layout(resource, cut.skeleton)
-    if cut is not None and layout is None:
+    split = jsonbytes.split_samples(body)
+    layout = None if split is None else memo.layout(resource, split.without_samples)
+    if split is not None and layout is None:
         try:
-            skeleton = orjson.loads(cut.skeleton)
+            labels_doc = orjson.loads(split.without_samples)
         except orjson.JSONDecodeError:
-            skeleton = None  # the full decode below says how the body is wrong
-        if skeleton is not None:
-            layout = _layout(_result(skeleton, query), cut.samples, resource, memo)
+            labels_doc = None  # the full decode below says how the body is wrong
+        if labels_doc is not None:
+            layout = _layout(_result(labels_doc, query), split.samples, resource, memo)
             if layout is not None:
-                memo.remember(resource, cut.skeleton, layout)
-    if cut is not None and layout is not None:
-        return _assemble(layout, cut.samples, scale), layout.unlabelled
+                memo.remember(resource, split.without_samples, layout)
+    if split is not None and layout is not None:
+        return _assemble(layout, split.samples, scale), layout.unlabelled
     doc = orjson.loads(body)
     if doc is None:  # request_json calls a ``null`` body "not JSON" too
         raise orjson.JSONDecodeError("null is not an answer", "null", 0)
@@ -188,17 +190,19 @@ def _result(doc: Any, query: str) -> list[Any]:
 def _layout(
     result: list[Any], samples: jsonbytes.Samples, resource: Resource, memo: ParseMemo
 ) -> _Layout | None:
-    """The layout when every item is ``{"metric": {...}, "values": REF}``, so that the
-    references, in document order, match the cut arrays one to one; None sends the caller
-    to the full decode (which also raises any error, exactly as it words it)."""
+    """The layout when every item is ``{"metric": {...}, "values": PLACEHOLDER}``, so that
+    the placeholders, in document order, match the arrays taken out one to one; None sends
+    the caller to the full decode (which also raises any error, exactly as it words it)."""
     if len(result) != samples.lengths.shape[0]:
         return None
     try:
         metrics = [item["metric"] for item in result]
-        refs = [item["values"] for item in result]
+        placeholders = [item["values"] for item in result]
     except (KeyError, TypeError):
         return None
-    if refs.count(jsonbytes.REF) != len(refs) or set(map(type, metrics)) - {dict}:
+    if placeholders.count(jsonbytes.PLACEHOLDER) != len(placeholders) or set(map(type, metrics)) - {
+        dict
+    }:
         return None
     found: list[Any] = list(map(dict.get, metrics, repeat(memo.label)))
     labelled = [type(v) is str and v != "" for v in found]

@@ -10,8 +10,8 @@ in a few numpy operations instead of one Python call per number:
   ``m < 2^63`` and ``10^f`` (``f ≤ 27``, 5^27 < 2^64) are exact there, the division is
   rounded once to 64 bits and then again to 53. Rounding twice gives the wrong double
   only when the first result lies exactly halfway between two doubles (any other 64-bit
-  result is on the same side of every halfway point as the exact quotient); those rows,
-  about one in two thousand, are reported as not exact.
+  result is on the same side of every halfway point as the exact quotient); those rare
+  rows are reported as not exact.
 
 Rows that fit neither (17+ digit mantissas where ``longdouble`` is just ``double``,
 longer mantissas, more fractional digits) are reported as not exact; the caller parses

@@ -1,32 +1,31 @@
 """Prometheus ``/api/v1/query`` matrix answers read from bytes, without per-sample objects.
 
-The ``"values"`` arrays are nearly all of a range-vector answer (5,000 nodes × 69 samples
-is 12 MB), and a JSON decoder turns every sample into three Python objects. Instead,
-``cut``:
+The ``"values"`` arrays are nearly all of a range-vector answer, and a JSON decoder turns
+every sample into three Python objects. Instead ``split_samples``:
 
 1. takes every ``"values":[...]`` out of the text (the array runs to the last ``]]``
-   before the next one) and puts the string ``REF`` in its place, leaving a small
-   skeleton (status, labels) that orjson decodes as usual, so every check and error
-   message of the ordinary path applies to it unchanged;
+   before the next one) and puts the string ``PLACEHOLDER`` in its place, leaving the
+   answer without its samples (status, labels), which orjson decodes as usual, so every
+   check and error message of the ordinary path applies to it unchanged;
 2. checks that what it took is exactly ``[t,"v"],[t,"v"],...`` and parses all the numbers
    at once (``decimals``), bit-identical to what the JSON path gives.
 
 Anything it does not recognise (whitespace, escapes, another key order, a count that does
-not add up) makes ``cut`` return None and the caller decodes the whole body the ordinary
-way: unusual answers are slower, never different.
+not add up) makes ``split_samples`` return None and the caller decodes the whole body the
+ordinary way: unusual answers are slower, never different.
 
-Why a cut cannot change the document's meaning. A ``"`` inside a JSON string is always
-escaped, so the ``"`` right after ``values`` (preceded by ``s``) ends a string, and the
-``:[`` after it makes that string a key whose value is the array we take: the key is
-``values``, or one ending in ``"values`` when the first ``"`` was escaped (had that ``"``
-closed a string instead, the bare word ``values`` would make body and skeleton alike
-invalid). The replacement keeps the key and swaps the array for a string. What is taken
-is verified to be complete ``[number,"string"]`` pairs, so it ends exactly where the array
-does, and the skeleton is valid JSON exactly when the body is, with the same structure.
-``REF`` holds 64 random bits drawn at start-up, so no backend can send it; the caller
-must also find every reference as the ``values`` of a result item, in order, or fall back
-(a key ending in ``\\"values`` inside ``metric`` would otherwise turn an array into a
-string label).
+Why taking the arrays out cannot change the document's meaning. A ``"`` inside a JSON
+string is always escaped, so the ``"`` right after ``values`` (preceded by ``s``) ends a
+string, and the ``:[`` after it makes that string a key whose value is the array we take:
+the key is ``values``, or one ending in ``"values`` when the first ``"`` was escaped (had
+that ``"`` closed a string instead, the bare word ``values`` would make the body and what
+is left of it alike invalid). The replacement keeps the key and swaps the array for a
+string. What is taken is verified to be complete ``[number,"string"]`` pairs, so it ends
+exactly where the array does, and what is left is valid JSON exactly when the body is,
+with the same structure. ``PLACEHOLDER`` holds 64 random bits drawn at start-up, so no
+backend can send it; the caller must also find every placeholder as the ``values`` of a
+result item, in order, or fall back (a key ending in ``\\"values`` inside ``metric`` would
+otherwise turn an array into a string label).
 """
 
 from __future__ import annotations
@@ -46,10 +45,10 @@ from loadwatcher.providers.prometheus import decimals
 
 ByteArray = npt.NDArray[np.uint8]
 
-REF: Final = f"values#{secrets.token_hex(8)}"
+PLACEHOLDER: Final = f"values#{secrets.token_hex(8)}"
 
 _KEY = b'"values":['
-_REF_TEXT = b'"values":"' + REF.encode() + b'"'
+_PLACEHOLDER_TEXT = b'"values":"' + PLACEHOLDER.encode() + b'"'
 _CONTROL = bytes(range(32)) + b"\\"
 _COMMA, _MINUS, _DOT, _QUOTE, _OPEN, _CLOSE = b',-."[]'
 _MAX_MANTISSA = 10**18
@@ -57,7 +56,7 @@ _MAX_MANTISSA = 10**18
 
 @dataclass(frozen=True)
 class Samples:
-    """The numbers of every cut ``values`` array: ``lengths[i]`` samples for array ``i``."""
+    """The numbers of every ``values`` array taken out: ``lengths[i]`` samples in array ``i``."""
 
     lengths: IntArray
     ts: FloatArray
@@ -65,18 +64,17 @@ class Samples:
 
 
 @dataclass(frozen=True)
-class Cut:
-    """An answer taken apart: the JSON ``skeleton`` (each array replaced by ``REF``, in
-    order) and the arrays' ``samples``."""
+class SplitAnswer:
+    """An answer taken apart: its JSON ``without_samples`` (each ``values`` array replaced
+    by ``PLACEHOLDER``, in order) and the arrays' ``samples``."""
 
-    skeleton: bytes
+    without_samples: bytes
     samples: Samples
 
 
-def cut(body: bytes) -> Cut | None:
-    """The skeleton and every array's samples, or None to decode ``body`` fully.
-
-    The skeleton is valid JSON exactly when ``body`` is.
+def split_samples(body: bytes) -> SplitAnswer | None:
+    """The answer without its samples and every array's samples, or None to decode ``body``
+    fully. What is left is valid JSON exactly when ``body`` is.
     """
     pieces = body.split(_KEY)
     if len(pieces) == 1:  # no series, or a layout this does not know: nothing to save
@@ -89,7 +87,7 @@ def cut(body: bytes) -> Cut | None:
     samples = _samples(b"],".join(heads), np.fromiter(map(len, heads), np.int64, len(heads)))
     if samples is None:
         return None
-    return Cut(_REF_TEXT.join([pieces[0], *rests]), samples)
+    return SplitAnswer(_PLACEHOLDER_TEXT.join([pieces[0], *rests]), samples)
 
 
 def _samples(text: bytes, sizes: IntArray) -> Samples | None:

@@ -1,13 +1,9 @@
 """Prometheus and any PromQL engine (VictoriaMetrics, Thanos, Mimir): raw samples.
 
-A range vector evaluated as an instant query returns the raw points of the last Δ, so
-the service computes its own rollups from exactly the samples Prometheus holds::
-
-    GET /api/v1/query?query=instance:node_cpu:ratio[960s]&time=<now>
-
-A query that is not a plain selector is sent as a subquery, ``(expr)[Δs:steps]``.
-A cold start fetches the whole retention; later polls fetch only ``now − since`` plus an
-overlap for late-ingested samples (the store drops what it already has).
+A range vector evaluated as an instant query (``query=<selector>[<Δ>s]&time=<now>``) returns
+the raw points, so the service computes its own rollups; any other expression is sent as a
+subquery ``(expr)[Δs:step]``. A cold start fetches the whole retention, later polls
+``now − since`` plus an overlap for samples ingested late.
 """
 
 from __future__ import annotations
@@ -88,7 +84,7 @@ class PrometheusProvider:
             "GET", "/api/v1/query", params={"query": promql, "time": f"{now:.3f}"}, query=promql
         )
         try:
-            # In a worker thread: a cold start's answer takes ~70 ms to parse at 5,000 nodes,
+            # In a worker thread: a cold start's answer of a large cluster is long to parse,
             # and the event loop keeps answering requests meanwhile.
             batch, _ = await asyncio.to_thread(
                 parse_answer, answer.body, q.resource, q.scale, self._memo, promql

@@ -14,11 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scoring_support import cluster, metrics, node
 
-from loadwatcher.scoring import allocatable, fallback, koordinator, loadaware, loadvariation
-from loadwatcher.scoring import lowriskovercommit as lroc
-from loadwatcher.scoring import targetloadpacking as tlp
+from loadwatcher.scoring import fallback
 from loadwatcher.scoring.gomath import go_round
 from loadwatcher.scoring.nodes import NodeInput, RecentPod
+from loadwatcher.scoring.plugins import allocatable, koordinator, loadaware, loadvariation
+from loadwatcher.scoring.plugins import lowriskovercommit as lroc
+from loadwatcher.scoring.plugins import targetloadpacking as tlp
 from loadwatcher.scoring.pods import Pod, Resources, parse_pod
 
 values = st.one_of(st.floats(-20, 150), st.sampled_from([0.0, 100.0, 50.0, math.nan]))
@@ -78,7 +79,7 @@ def test_targetloadpacking(ns: list[NodeInput], p: Pod, target: int, mult: str) 
     args = tlp.parse_args({"targetUtilization": target, "defaultRequestsMultiplier": mult})
     c = cluster(*ns)
     batch = tlp.score_batch(c, p, args)
-    pm = p.tlp_predicted_milli(args.default_requests_milli, args.requests_multiplier)
+    pm = tlp.predicted_milli(p, args.default_requests_milli, args.requests_multiplier)
     for i, n in enumerate(ns):
         found = [
             m.value for m in n.metrics or () if m.type == "CPU" and m.operator in ("AVG", "Latest")

@@ -12,7 +12,7 @@ from loadwatcher.client import NodeMetrics
 from loadwatcher.scoring import inputs
 from loadwatcher.scoring.cluster import build_cluster
 from loadwatcher.scoring.nodes import merge_snapshot, node_from_metadata, parse_nodes
-from loadwatcher.scoring.plugins import canonical_name, parse_plugin_args
+from loadwatcher.scoring.registry import canonical_name, parse_plugin_args
 
 
 @pytest.mark.parametrize(

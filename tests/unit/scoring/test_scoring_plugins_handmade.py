@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 from scoring_support import cluster, metrics, node, pod
 
-from loadwatcher.scoring import allocatable, fallback, loadaware, loadvariation
-from loadwatcher.scoring import lowriskovercommit as lroc
-from loadwatcher.scoring import targetloadpacking as tlp
+from loadwatcher.scoring import fallback
 from loadwatcher.scoring.cases import run_case
 from loadwatcher.scoring.common import BatchScores
 from loadwatcher.scoring.nodes import NodeInput, RecentPod
+from loadwatcher.scoring.plugins import allocatable, loadaware, loadvariation
+from loadwatcher.scoring.plugins import lowriskovercommit as lroc
+from loadwatcher.scoring.plugins import targetloadpacking as tlp
 from loadwatcher.scoring.pods import Pod, Resources, parse_pod
 
 EMPTY = parse_pod({"containers": []})
@@ -58,11 +59,11 @@ def test_tlp_container_prediction_rules() -> None:
             "overhead": {"cpu": "10m"},
         }
     )
-    assert p.tlp_predicted_milli(50, 1.5) == 410
+    assert tlp.predicted_milli(p, 50, 1.5) == 410
     n = node(cpu="1", metric_list=metrics(("CPU", "AVG", 0)))
     assert tlp_score(n, p, defaultRequests={"cpu": "50m"}) == (39, True)
     # request × multiplier is rounded half away from zero: 3 × 1.5 = 4.5 -> 5
-    assert pod(requests={"cpu": "3m"}).tlp_predicted_milli(0, 1.5) == 5
+    assert tlp.predicted_milli(pod(requests={"cpu": "3m"}), 0, 1.5) == 5
 
 
 def test_tlp_recent_pods_inside_the_reporting_interval() -> None:

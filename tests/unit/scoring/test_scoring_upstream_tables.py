@@ -13,25 +13,25 @@ from typing import Any
 import pytest
 from scoring_support import metrics, node, params, pod, present, reference, reference_or_empty
 
-from loadwatcher.scoring import koordinator, loadaware
 from loadwatcher.scoring.cluster import build_cluster, resource_data
 from loadwatcher.scoring.gomath import go_round
 from loadwatcher.scoring.histogram import DecayingHistogram
-from loadwatcher.scoring.loadvariation import (
+from loadwatcher.scoring.plugins import koordinator, loadaware
+from loadwatcher.scoring.plugins.loadvariation import (
     ResourceStats,
     compute_score,
     create_resource_stats,
     mu_sigma,
 )
-from loadwatcher.scoring.lowriskovercommit import (
+from loadwatcher.scoring.plugins.lowriskovercommit import (
     Args as LrocArgs,
 )
-from loadwatcher.scoring.lowriskovercommit import (
+from loadwatcher.scoring.plugins.lowriskovercommit import (
     RequestsAndLimits,
     compute_risk,
     node_requests_and_limits,
 )
-from loadwatcher.scoring.lowriskovercommit import parse_args as lroc_args
+from loadwatcher.scoring.plugins.lowriskovercommit import parse_args as lroc_args
 from loadwatcher.scoring.pods import Pod, Resources, parse_pod
 
 TABLES: dict[str, Any] = reference_or_empty("upstream-unit-tables.json") or {}

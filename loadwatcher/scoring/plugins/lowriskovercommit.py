@@ -21,17 +21,16 @@ on the node plus the pod, per resource (CPU millicores, memory bytes, C = *alloc
 
     score = Round((1 − max(risk_cpu, risk_mem)) × 100)
 
-Beta matching: α = m(m(1 − m)/v − 1), β = (1 − m)(m(1 − m)/v − 1) for mean m = μ and
-variance v = (σ² + μ²) − μ²; P[X ≤ x] is the regularized incomplete beta function
-I_x(α, β) (``scipy.special.betainc``; upstream uses gonum, so results may differ in the
-last bits). A best-effort pod (no requests or limits at all) and a node without metrics
+Beta matching (``beta``): α = m(m(1 − m)/v − 1), β = (1 − m)(m(1 − m)/v − 1) for mean
+m = μ and variance v = (σ² + μ²) − μ²; P[X ≤ x] is the regularized incomplete beta
+function I_x(α, β) (``scipy.special.betainc``; upstream uses gonum, so results may differ
+in the last bits). A best-effort pod (no requests or limits at all) and a node without metrics
 score 0. Defaults: smoothingWindowSize = 5, riskLimitWeights cpu = memory = 0.5.
 """
 
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +40,7 @@ import numpy as np
 from loadwatcher._types import BoolArray, FloatArray
 from loadwatcher.client import Metric
 from loadwatcher.scoring.cluster import Cluster, resource_data
-from loadwatcher.scoring.common import BatchScores, arg_float, arg_int, arg_map
+from loadwatcher.scoring.common import MEGA_FACTOR, BatchScores, arg_float, arg_int, arg_map
 from loadwatcher.scoring.gomath import (
     clamp01,
     go_fdiv,
@@ -51,12 +50,18 @@ from loadwatcher.scoring.gomath import (
     score_or_min,
     scores_or_min_np,
 )
-from loadwatcher.scoring.loadvariation import MEGA_FACTOR
+from loadwatcher.scoring.plugins.beta import (
+    compute_probability,
+    dist_np,
+    distribution_function,
+    max_variance,
+    probability_np,
+)
 from loadwatcher.scoring.pods import Pod, Resources
+from loadwatcher.scoring.registry import Plugin
 
 NAME = "LowRiskOverCommitment"
 MAX_VARIANCE_ALLOWANCE = 0.99
-SMALLEST_NONZERO = sys.float_info.min * sys.float_info.epsilon  # Go SmallestNonzeroFloat64
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,15 @@ def parse_args(raw: Mapping[str, Any]) -> Args:
         arg_int(raw, "smoothingWindowSize", Args.smoothing_window_size, NAME),
         tuple(weights.items()),
     )
+
+
+# ------------------------------------------------------------------------------ the math
+
+
+def best_effort(pod: Pod) -> bool:
+    """No requests and no limits at all: every node scores the minimum."""
+    req, lim = pod.requests_and_limits
+    return req == Resources() and lim == Resources()
 
 
 @dataclass(frozen=True)
@@ -110,38 +124,6 @@ def node_requests_and_limits(
             min(reqs + get(req_p), cap), lims + get(lim_p), min(reqs, cap), lims, cap
         )
     return out
-
-
-def max_variance(m1: float) -> float:
-    """``GetMaxVariance``: the largest variance a Beta distribution with mean m1 can have."""
-    return m1 * (1 - m1) if 0 < m1 < 1 else 0.0
-
-
-def distribution_function(x: float, alpha: float, beta: float) -> float:
-    """P[X ≤ x] for Beta(α, β); 0 where upstream's guards give NaN or out-of-range values."""
-    if alpha <= 0 or beta <= 0 or x < 0 or x > 1:
-        return 0.0
-    from scipy.special import betainc  # imported when needed: it is slow to import
-
-    p = 0.0 if x == 0 else 1.0 if x == 1 else float(betainc(alpha, beta, x))
-    return 0.0 if math.isnan(p) or p < 0 or p > 1 else p
-
-
-def compute_probability(
-    mu: float, sigma: float, threshold: float
-) -> tuple[float, tuple[float, float] | None]:
-    """``ComputeProbability``: (P[X ≤ threshold], fitted (α, β) or None)."""
-    if mu == 0 or (sigma == 0 and mu <= threshold):
-        return 1.0, None
-    if sigma == 0 and mu > threshold:
-        return 0.0, None
-    m1, m2 = mu, (sigma * sigma) + (mu * mu)
-    variance = m2 - m1 * m1
-    if m1 < 0 or m1 > 1 or variance < 0 or variance >= m1 * (1 - m1):
-        return 0.0, None
-    temp = go_max(go_fdiv(m1 * (1 - m1), variance) - 1, SMALLEST_NONZERO)
-    alpha, beta = m1 * temp, (1 - m1) * temp
-    return distribution_function(threshold, alpha, beta), (alpha, beta)
 
 
 def compute_risk(
@@ -185,27 +167,11 @@ def score(
     args: Args,
 ) -> tuple[int, bool]:
     """Score of one node: (score, valid)."""
-    req, lim = pod.requests_and_limits
-    if req == Resources() and lim == Resources():
-        return 0, True
-    if not metrics:
+    if best_effort(pod) or not metrics:
         return 0, True
     nrl = node_requests_and_limits(pods_on_node, pod, alloc_cpu_milli, alloc_mem)
     risks = [compute_risk(metrics, r, nrl[r], args) for r in ("cpu", "memory")]
     return score_or_min((1 - go_max(*risks)) * 100)
-
-
-def _dist_np(x: FloatArray, alpha: FloatArray, beta: FloatArray, needed: BoolArray) -> FloatArray:
-    """Vectorised :func:`distribution_function`, evaluated only where ``needed``."""
-    with np.errstate(invalid="ignore"):
-        ok = needed & ~((alpha <= 0) | (beta <= 0) | (x < 0) | (x > 1))
-        inner = ok & (x != 0) & (x != 1)
-        p = np.where(ok & (x == 1), 1.0, 0.0)
-        if inner.any():
-            from scipy.special import betainc
-
-            p[inner] = betainc(alpha[inner], beta[inner], x[inner])
-        return np.where(ok & np.isfinite(p) & (p >= 0) & (p <= 1), p, 0.0)
 
 
 def _clip01(v: FloatArray) -> FloatArray:
@@ -214,21 +180,11 @@ def _clip01(v: FloatArray) -> FloatArray:
 
 def _risk_np(cluster: Cluster, resource: str, pod_req: int, pod_lim: int, args: Args) -> FloatArray:
     if resource == "cpu":
-        cap, reqs, lims, kind = (
-            cluster.alloc_cpu,
-            cluster.pods_req_cpu,
-            cluster.pods_lim_cpu,
-            "CPU",
-        )
+        cap, reqs, lims, kind = cluster.alloc_cpu, cluster.pods_req_cpu, cluster.pods_lim_cpu, "CPU"
         c = cap.astype(np.float64)
     else:
-        cap, reqs, lims, kind = (
-            cluster.alloc_mem,
-            cluster.pods_req_mem,
-            cluster.pods_lim_mem,
-            "Memory",
-        )
-        c = cap.astype(np.float64) * MEGA_FACTOR
+        cap, reqs, lims = cluster.alloc_mem, cluster.pods_req_mem, cluster.pods_lim_mem
+        kind, c = "Memory", cap.astype(np.float64) * MEGA_FACTOR
     request, limit = np.minimum(reqs + pod_req, cap), lims + pod_lim
     req_mp, lim_mp = np.minimum(reqs, cap), lims
     d = cluster.data[kind]
@@ -246,14 +202,14 @@ def _risk_np(cluster: Cluster, resource: str, pod_req: int, pod_lim: int, args: 
         sigma = np.minimum(sigma, np.sqrt(maxvar * MAX_VARIANCE_ALLOWANCE))
         capf = cap.astype(np.float64)
         threshold = np.minimum(np.maximum(req_mp.astype(np.float64) / capf, 0.0), 1.0)
-        prob, alpha, beta, fitted = _probability_np(mu, sigma, threshold)
+        prob, alpha, beta, fitted = probability_np(mu, sigma, threshold)
         cond = (lim_mp < cap) & (req_mp <= lim_mp)
         lthr = lim_mp.astype(np.float64) / capf
         # p / P[X <= lthr] clipped to [0, 1] is p itself when p is 0 or 1, whatever the
         # divisor, and P[X <= lthr] is p when lthr is the first threshold (limits equal to
         # requests): evaluate the second incomplete beta only where it is something new.
         same = lthr == threshold
-        lprob = _dist_np(
+        lprob = dist_np(
             lthr, alpha, beta, cond & fitted & (lthr != 0) & (prob > 0) & (prob < 1) & ~same
         )
         lprob = np.where(same & fitted, prob, lprob)
@@ -268,29 +224,38 @@ def _risk_np(cluster: Cluster, resource: str, pod_req: int, pod_lim: int, args: 
         return np.minimum(np.maximum(w * risk_limit + (1 - w) * risk_load, 0.0), 1.0)
 
 
-def _probability_np(
-    mu: FloatArray, sigma: FloatArray, threshold: FloatArray
-) -> tuple[FloatArray, FloatArray, FloatArray, BoolArray]:
-    one = (mu == 0) | ((sigma == 0) & (mu <= threshold))
-    zero = ~one & (sigma == 0) & (mu > threshold)
-    m1, m2 = mu, (sigma * sigma) + (mu * mu)
-    variance = m2 - m1 * m1
-    bad = (m1 < 0) | (m1 > 1) | (variance < 0) | (variance >= m1 * (1 - m1))
-    fitted = ~one & ~zero & ~bad
-    temp = np.maximum(m1 * (1 - m1) / np.where(fitted, variance, 1.0) - 1, SMALLEST_NONZERO)
-    alpha, beta = m1 * temp, (1 - m1) * temp
-    below = _dist_np(threshold, alpha, beta, fitted)
-    prob = np.where(one, 1.0, np.where(fitted, below, 0.0))
-    return prob, alpha, beta, fitted
+# ------------------------------------------------------------------------------- the glue
 
 
 def score_batch(cluster: Cluster, pod: Pod, args: Args) -> BatchScores:
     """Score every node of ``cluster`` for ``pod``."""
-    req, lim = pod.requests_and_limits
-    if req == Resources() and lim == Resources():
+    if best_effort(pod):
         return BatchScores.zeros(len(cluster))
+    req, lim = pod.requests_and_limits
     cpu = _risk_np(cluster, "cpu", req.milli_cpu, lim.milli_cpu, args)
     mem = _risk_np(cluster, "memory", req.memory, lim.memory, args)
     scores, valid = scores_or_min_np((1 - np.maximum(cpu, mem)) * 100)
     has = cluster.has_metrics
     return BatchScores(np.where(has, scores, 0), valid | ~has)
+
+
+def _score(cluster: Cluster, pod: Pod, args: Args, keep: BoolArray) -> BatchScores:
+    return score_batch(cluster, pod, args)
+
+
+def _fallback(pod: Pod) -> bool:
+    # Upstream scores a best-effort pod the minimum everywhere; allocation scores on stale
+    # nodes alone would turn that tie into a preference for them.
+    return not best_effort(pod)
+
+
+PLUGIN = Plugin(
+    name=NAME,
+    short="LROC",
+    order=30,
+    parse_args=parse_args,
+    score=_score,
+    reads="AVG and STD, CPU and memory",
+    divides_by="allocatable",
+    fallback=_fallback,
+)

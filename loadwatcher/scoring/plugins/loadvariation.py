@@ -36,10 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from loadwatcher._types import FloatArray
+from loadwatcher._types import BoolArray, FloatArray, IntArray
 from loadwatcher.client import Metric
 from loadwatcher.scoring.cluster import Cluster, resource_data
-from loadwatcher.scoring.common import BatchScores, arg_float
+from loadwatcher.scoring.common import MEGA_FACTOR, BatchScores, arg_float
 from loadwatcher.scoring.gomath import (
     clamp01,
     go_fdiv,
@@ -49,10 +49,10 @@ from loadwatcher.scoring.gomath import (
     score_or_min,
     scores_or_min_np,
 )
-from loadwatcher.scoring.pods import Resources
+from loadwatcher.scoring.pods import Pod, Resources
+from loadwatcher.scoring.registry import Plugin, always
 
 NAME = "LoadVariationRiskBalancing"
-MEGA_FACTOR = 1.0 / 1024.0 / 1024.0
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,9 @@ def parse_args(raw: Mapping[str, Any]) -> Args:
         arg_float(raw, "safeVarianceMargin", Args.safe_variance_margin, NAME),
         arg_float(raw, "safeVarianceSensitivity", Args.safe_variance_sensitivity, NAME),
     )
+
+
+# ------------------------------------------------------------------------------ the math
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,18 @@ def compute_score_np(
     return np.where(cap > 0, out, 0.0)
 
 
+def combine_np(
+    cpu: FloatArray, cpu_ok: BoolArray, mem: FloatArray, mem_ok: BoolArray, has: BoolArray
+) -> tuple[IntArray, BoolArray]:
+    """Vectorised :func:`combine` and rounding; ``has``: the node has metrics. (scores, valid)."""
+    total = np.where(cpu_ok & mem_ok, np.minimum(mem, cpu), np.maximum(mem, cpu))
+    scores, valid = scores_or_min_np(total)
+    return np.where(has, scores, 0), valid | ~has
+
+
+# ------------------------------------------------------------------------------- the glue
+
+
 def score_batch(cluster: Cluster, pod_request: Resources, args: Args) -> BatchScores:
     """Score every node of ``cluster`` for a pod with the given requests."""
     parts = {}
@@ -201,7 +216,20 @@ def score_batch(cluster: Cluster, pod_request: Resources, args: Args) -> BatchSc
         )
         parts[kind] = (np.where(d.valid, s, 0.0), d.valid)
     (cpu, cpu_ok), (mem, mem_ok) = parts["CPU"], parts["Memory"]
-    total = np.where(cpu_ok & mem_ok, np.minimum(mem, cpu), np.maximum(mem, cpu))
-    scores, valid = scores_or_min_np(total)
-    has = cluster.has_metrics
-    return BatchScores(np.where(has, scores, 0), valid | ~has)
+    return BatchScores(*combine_np(cpu, cpu_ok, mem, mem_ok, cluster.has_metrics))
+
+
+def _score(cluster: Cluster, pod: Pod, args: Args, keep: BoolArray) -> BatchScores:
+    return score_batch(cluster, pod.requested, args)
+
+
+PLUGIN = Plugin(
+    name=NAME,
+    short="LVRB",
+    order=20,
+    parse_args=parse_args,
+    score=_score,
+    reads="AVG (overriding Latest) and the last STD, CPU and memory",
+    divides_by="allocatable",
+    fallback=always,
+)

@@ -32,13 +32,20 @@ from typing import Any
 
 import numpy as np
 
-from loadwatcher._types import FloatArray
+from loadwatcher._types import BoolArray, FloatArray, IntArray
 from loadwatcher.quantity import parse_quantity
 from loadwatcher.scoring.cluster import Cluster
 from loadwatcher.scoring.common import BatchScores, arg_float, arg_int, arg_map
-from loadwatcher.scoring.gomath import go_fdiv, score_or_min, scores_or_min_np
+from loadwatcher.scoring.gomath import (
+    go_fdiv,
+    go_round,
+    score_or_min,
+    scores_or_min_np,
+    to_int64,
+)
 from loadwatcher.scoring.nodes import RecentPod
 from loadwatcher.scoring.pods import Pod
+from loadwatcher.scoring.registry import Plugin, always
 
 NAME = "TargetLoadPacking"
 REPORTING_INTERVAL_S = 60  # metricsAgentReportingIntervalSeconds
@@ -69,6 +76,32 @@ def parse_args(raw: Mapping[str, Any]) -> Args:
     )
 
 
+# ------------------------------------------------------------------------------ the math
+
+
+def predicted_milli(pod: Pod, default_milli: int, multiplier: float) -> int:
+    """B: sum of ``PredictUtilisation`` over the pod's containers plus its CPU overhead.
+
+    A container is predicted from its CPU limit if it has one, else from its CPU request
+    times the multiplier (Go ``int64(math.Round(...))``), else ``default_milli``. Memoised
+    on the pod (the pods of a cluster are scored again for every pod to place).
+    """
+    key = ("tlp", default_milli, multiplier)
+    if key not in pod.memo:
+        total = 0
+        for c in pod.containers:
+            if "cpu" in c.limits:
+                total += c.limits["cpu"].milli_value()
+            elif "cpu" in c.requests:
+                total += to_int64(go_round(float(c.requests["cpu"].milli_value()) * multiplier))
+            else:
+                total += default_milli
+        cpu = pod.overhead.get("cpu")
+        pod.memo[key] = total + (cpu.milli_value() if cpu else 0)
+    result: int = pod.memo[key]
+    return result
+
+
 def counts_as_missing(bound_at: float, window_end: float) -> bool:
     """Whether a pod bound at ``bound_at`` is not yet in metrics that end at ``window_end``."""
     t, end = math.floor(bound_at), math.floor(window_end)
@@ -78,7 +111,7 @@ def counts_as_missing(bound_at: float, window_end: float) -> bool:
 def missing_milli(recent: Iterable[RecentPod], window_end: float, args: Args) -> int:
     """Predicted CPU (millicores) of recently bound pods the metrics do not show yet."""
     return sum(
-        r.pod.tlp_predicted_milli(args.default_requests_milli, args.requests_multiplier)
+        predicted_milli(r.pod, args.default_requests_milli, args.requests_multiplier)
         for r in recent
         if counts_as_missing(r.bound_at, window_end)
     )
@@ -113,33 +146,70 @@ def score(
     )[0]
 
 
+def score_np(
+    util_percent: FloatArray,
+    found: BoolArray,
+    cap_milli: IntArray,
+    pod_milli: int,
+    missing: FloatArray,
+    target: int,
+) -> tuple[IntArray, BoolArray]:
+    """Vectorised :func:`score` (identical float operations); ``found``: the node has a CPU
+    AVG/Latest metric. (scores, valid)."""
+    cap = cap_milli.astype(np.float64)
+    x = float(target)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        util_milli = (util_percent / 100) * cap
+        safe_cap = np.where(cap != 0, cap, 1.0)
+        predicted = np.where(
+            cap != 0, 100 * (util_milli + float(pod_milli) + missing) / safe_cap, 0.0
+        )
+        penalised = x * (100 - predicted) / np.float64(100 - x)
+        packed = (100 - x) * predicted / np.float64(x) + x
+        raw = np.where(predicted > x, np.where(predicted > 100, 0.0, penalised), packed)
+    scores, valid = scores_or_min_np(raw)
+    return np.where(found, scores, 0), valid | ~found
+
+
+# ------------------------------------------------------------------------------- the glue
+
+
 def score_batch(cluster: Cluster, pod: Pod, args: Args) -> BatchScores:
     """Score every node of ``cluster`` for ``pod``."""
     n = len(cluster)
-    cap = cluster.cap_cpu.astype(np.float64)
-    pod_milli = float(
-        pod.tlp_predicted_milli(args.default_requests_milli, args.requests_multiplier)
-    )
     missing: FloatArray = np.zeros(n)
     if len(cluster.recent_pods):
         t, end = np.floor(cluster.recent_bound), math.floor(cluster.window_end)
         counts = (t > end) | ((end - t) < REPORTING_INTERVAL_S)
         predicted = cluster.per_recent_pod(
             ("tlp", args),
-            lambda p: p.tlp_predicted_milli(args.default_requests_milli, args.requests_multiplier),
+            lambda p: predicted_milli(p, args.default_requests_milli, args.requests_multiplier),
         )
         missing = np.bincount(
             cluster.recent_node[counts], weights=predicted[counts], minlength=n
         ).astype(np.float64)  # integer sums: exact
-    x = float(args.target_utilization)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        util_milli = (cluster.tlp_cpu / 100) * cap
-        safe_cap = np.where(cap != 0, cap, 1.0)
-        predicted = np.where(cap != 0, 100 * (util_milli + pod_milli + missing) / safe_cap, 0.0)
-        penalised = x * (100 - predicted) / np.float64(100 - x)
-        packed = (100 - x) * predicted / np.float64(x) + x
-        raw = np.where(predicted > x, np.where(predicted > 100, 0.0, penalised), packed)
-    scores, valid = scores_or_min_np(raw)
-    found = cluster.tlp_found & cluster.has_metrics
-    scores = np.where(found, scores, 0)
-    return BatchScores(scores, valid | ~found)
+    scores, valid = score_np(
+        cluster.last_cpu,
+        cluster.last_cpu_found & cluster.has_metrics,
+        cluster.cap_cpu,
+        predicted_milli(pod, args.default_requests_milli, args.requests_multiplier),
+        missing,
+        args.target_utilization,
+    )
+    return BatchScores(scores, valid)
+
+
+def _score(cluster: Cluster, pod: Pod, args: Args, keep: BoolArray) -> BatchScores:
+    return score_batch(cluster, pod, args)
+
+
+PLUGIN = Plugin(
+    name=NAME,
+    short="TLP",
+    order=10,
+    parse_args=parse_args,
+    score=_score,
+    reads="the last CPU metric with operator AVG or Latest",
+    divides_by="capacity CPU",
+    fallback=always,
+)

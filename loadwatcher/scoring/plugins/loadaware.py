@@ -45,16 +45,18 @@ from loadwatcher._types import BoolArray, IntArray
 from loadwatcher.scoring.cluster import Cluster
 from loadwatcher.scoring.common import BatchScores
 from loadwatcher.scoring.gomath import go_idiv, go_idiv_np, go_round, go_round_np
-from loadwatcher.scoring.koordinator import (
-    AGGREGATION_TYPES,
+from loadwatcher.scoring.plugins.koordinator import (
+    KINDS,
     NAME,
     Args,
     Pairs,
     estimate_pod,
+    node_usage,
     parse_args,
-    parse_duration,
+    windows,
 )
 from loadwatcher.scoring.pods import Pod
+from loadwatcher.scoring.registry import Plugin
 
 __all__ = [
     "NAME",
@@ -63,14 +65,16 @@ __all__ = [
     "is_expired",
     "least_used_score",
     "loadaware_score",
-    "node_usage",
+    "loadaware_score_np",
     "parse_args",
     "score_batch",
 ]
 
 REPORT_INTERVAL_S = 60.0
 EXPIRED = "node(s) nodeMetric expired"
-_KINDS = {"cpu": "CPU", "memory": "Memory"}
+
+
+# ------------------------------------------------------------------------------ the math
 
 
 def least_used_score(used: int, capacity: int) -> int:
@@ -116,66 +120,32 @@ def filter_usage(
     return None
 
 
-def _rollup_seconds(rollup: str) -> float | None:
-    try:
-        return parse_duration(rollup) if rollup else None
-    except ValueError:
-        return None
+def loadaware_score_np(
+    dominant_weight: int,
+    weights: Pairs,
+    used: Mapping[str, IntArray],
+    allocatable: Mapping[str, IntArray],
+    n: int,
+) -> IntArray:
+    """Vectorised :func:`loadaware_score` over ``n`` nodes (every weighted resource in both
+    mappings)."""
+    node_score = np.zeros(n, dtype=np.int64)
+    dominant = np.full(n, 100 if dominant_weight else 0, dtype=np.int64)
+    weight_sum = dominant_weight
+    for name, weight in weights:
+        cap, use = allocatable[name], used[name]
+        ok = (cap != 0) & (use <= cap)
+        s = np.where(ok, go_idiv_np((cap - use) * 100, np.where(cap != 0, cap, 1)), 0)
+        node_score += s * weight
+        weight_sum += weight
+        dominant = np.minimum(dominant, s)
+    node_score += dominant * dominant_weight
+    if weight_sum <= 0:
+        return np.zeros_like(node_score)
+    return go_idiv_np(node_score, np.full_like(node_score, weight_sum))
 
 
-def _pick(
-    cluster: Cluster, kind: str, order: list[tuple[str, str]]
-) -> tuple[np.ndarray, BoolArray]:
-    n = len(cluster)
-    value, present = np.zeros(n), np.zeros(n, dtype=np.bool_)
-    for operator, rollup in order:
-        v, p = cluster.value(kind, operator, rollup)
-        take = p & ~present
-        value, present = np.where(take, v, value), present | take
-    return value, present
-
-
-def _ordered(cluster: Cluster, kind: str, operator: str, longest_first: bool) -> list[str]:
-    known = [
-        (s, r) for r in cluster.rollups(kind, operator) if (s := _rollup_seconds(r)) is not None
-    ]
-    return [r for _, r in sorted(known, reverse=longest_first)]
-
-
-def node_usage(
-    cluster: Cluster, aggregation: str = "", duration_s: float = 0.0
-) -> tuple[dict[str, tuple[np.ndarray, BoolArray]], BoolArray]:
-    """Percent usage per resource and where present; plus where the aggregated usage is nil."""
-    usage: dict[str, tuple[np.ndarray, BoolArray]] = {}
-    n = len(cluster)
-    if not aggregation:
-        for name, kind in _KINDS.items():
-            order = [
-                (op, r)
-                for op in ("AVG", "Latest")
-                for r in [*sorted(_ordered(cluster, kind, op, False), key=lambda r: r != "5m"), ""]
-            ]
-            usage[name] = _pick(cluster, kind, order)
-        return usage, np.zeros(n, dtype=np.bool_)
-    op = AGGREGATION_TYPES[aggregation]
-    if duration_s:
-        for name, kind in _KINDS.items():
-            rollups = [r for r in cluster.rollups(kind, op) if _rollup_seconds(r) == duration_s]
-            usage[name] = _pick(cluster, kind, [(op, r) for r in rollups])
-        return usage, ~(usage["cpu"][1] | usage["memory"][1])
-    chosen = np.full(n, "", dtype=object)
-    found = {r for kind in _KINDS.values() for r in _ordered(cluster, kind, op, True)}
-    for r in sorted(found, key=lambda r: -(_rollup_seconds(r) or 0.0)):
-        any_here = cluster.value("CPU", op, r)[1] | cluster.value("Memory", op, r)[1]
-        chosen = np.where((chosen == "") & any_here, r, chosen)
-    fallback, _ = node_usage(cluster)
-    for name, kind in _KINDS.items():
-        value, present = fallback[name]
-        for r in set(chosen[chosen != ""]):
-            v, p = cluster.value(kind, op, r)
-            value, present = np.where(chosen == r, v, value), np.where(chosen == r, p, present)
-        usage[name] = (value, present)
-    return usage, ~(usage["cpu"][1] | usage["memory"][1])
+# ------------------------------------------------------------------------------- the glue
 
 
 def _estimated(
@@ -221,7 +191,7 @@ def _estimated(
 
 
 def _alloc(cluster: Cluster, name: str) -> IntArray:
-    if name in _KINDS:
+    if name in KINDS:
         return cluster.alloc_cpu if name == "cpu" else cluster.alloc_mem
     return np.zeros(len(cluster), dtype=np.int64)
 
@@ -237,21 +207,9 @@ def score_batch(cluster: Cluster, pod: Pod, args: Args) -> BatchScores:
     expired = np.zeros(len(cluster), dtype=np.bool_)
     if args.node_metric_expiration_s is not None and args.node_metric_expiration_s > 0:
         expired = cluster.now - cluster.updated_at >= args.node_metric_expiration_s
-    node_score = np.zeros(len(cluster), dtype=np.int64)
-    dominant = np.full(len(cluster), 100 if args.dominant_resource_weight else 0, dtype=np.int64)
-    weight_sum = args.dominant_resource_weight
-    for name, weight in args.resource_weights:
-        cap, used = _alloc(cluster, name), est[name]
-        ok = (cap != 0) & (used <= cap)
-        s = np.where(ok, go_idiv_np((cap - used) * 100, np.where(cap != 0, cap, 1)), 0)
-        node_score += s * weight
-        weight_sum += weight
-        dominant = np.minimum(dominant, s)
-    node_score += dominant * args.dominant_resource_weight
-    scores = (
-        go_idiv_np(node_score, np.full_like(node_score, weight_sum))
-        if weight_sum > 0
-        else np.zeros_like(node_score)
+    allocatable = {name: _alloc(cluster, name) for name, _ in args.resource_weights}
+    scores = loadaware_score_np(
+        args.dominant_resource_weight, args.resource_weights, est, allocatable, len(cluster)
     )
     live = cluster.has_metrics & ~expired & finite
     return BatchScores(
@@ -300,3 +258,20 @@ def _filter(
     if args.filter_expired_node_metrics and not args.enable_schedule_when_node_metrics_expired:
         out.update(dict.fromkeys(np.flatnonzero(cluster.has_metrics & expired).tolist(), EXPIRED))
     return out
+
+
+def _score(cluster: Cluster, pod: Pod, args: Args, keep: BoolArray) -> BatchScores:
+    return score_batch(cluster, pod, args)
+
+
+PLUGIN = Plugin(
+    name=NAME,
+    short="LoadAware",
+    order=40,
+    parse_args=parse_args,
+    score=_score,
+    reads="the 5m AVG (or an aggregated percentile window) and the node's lastSample",
+    divides_by="capacity (usage = value × capacity); allocatable (thresholds, score)",
+    filters=True,
+    windows=windows,
+)

@@ -1,4 +1,4 @@
-"""Koordinator LoadAware arguments (with Koordinator's defaults) and the pod usage estimator.
+"""What LoadAware reads: its args (Koordinator's defaults), pod estimates and node usage.
 
 Estimator (``estimator/default_estimator.go``), per resource r with a weight::
 
@@ -12,6 +12,10 @@ replaced by the defaults only when empty; ``estimatedScalingFactors`` are merged
 ``parse_args`` validates as ``ValidateLoadAwareSchedulingArgs`` does (weights and factors
 in [1, 100], thresholds in [0, 100], a positive expiration); the upstream estimator test
 "cpu factor 110" builds its args without that validation, as ``Args(...)`` here can.
+
+Node usage (``node_usage``): percent of capacity per resource, from the node's 5m ``AVG``
+(then the shortest other ``AVG`` window, then ``Latest``), or from an aggregated rollup
+(``AVG``, ``P50`` ... ``P99``) of the given window (the longest present when unset).
 """
 
 from __future__ import annotations
@@ -23,18 +27,25 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
+
+from loadwatcher._types import BoolArray
+from loadwatcher.scoring.cluster import Cluster
 from loadwatcher.scoring.common import arg_bool, arg_int, arg_map
 from loadwatcher.scoring.gomath import go_round
 from loadwatcher.scoring.pods import Pod
 
 __all__ = [
     "AGGREGATION_TYPES",
+    "KINDS",
     "Aggregated",
     "Args",
     "estimate_pod",
     "estimated_used_by_resource",
+    "node_usage",
     "parse_args",
     "parse_duration",
+    "windows",
 ]
 
 NAME = "LoadAwareScheduling"
@@ -42,6 +53,8 @@ DEFAULT_MILLI_CPU_REQUEST = 250
 DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 AGGREGATION_TYPES = {"avg": "AVG", "p50": "P50", "p90": "P90", "p95": "P95", "p99": "P99"}
 Pairs = tuple[tuple[str, int], ...]
+KINDS = {"cpu": "CPU", "memory": "Memory"}
+_WINDOWS = {300.0: "5m", 600.0: "10m", 900.0: "15m"}
 
 
 @dataclass(frozen=True)
@@ -186,3 +199,82 @@ def estimate_pod(pod: Pod, weights: Pairs, factors: Pairs) -> dict[str, int]:
         }
     result: dict[str, int] = pod.memo[key]
     return result
+
+
+# ------------------------------------------------- node usage from the watcher's rollups
+
+
+def windows(args: Args) -> frozenset[str]:
+    """The rollup windows LoadAware reads: 5m for the node usage, plus aggregation windows."""
+    out = {"5m"}
+    agg = args.aggregated
+    if agg is not None:
+        for kind, duration in (
+            (agg.score_aggregation_type, agg.score_aggregated_duration_s),
+            (agg.usage_aggregation_type, agg.usage_aggregated_duration_s),
+        ):
+            if kind:
+                out.add(_WINDOWS.get(duration, "15m") if duration else "15m")
+    return frozenset(out)
+
+
+def _rollup_seconds(rollup: str) -> float | None:
+    try:
+        return parse_duration(rollup) if rollup else None
+    except ValueError:
+        return None
+
+
+def _pick(
+    cluster: Cluster, kind: str, order: list[tuple[str, str]]
+) -> tuple[np.ndarray, BoolArray]:
+    n = len(cluster)
+    value, present = np.zeros(n), np.zeros(n, dtype=np.bool_)
+    for operator, rollup in order:
+        v, p = cluster.value(kind, operator, rollup)
+        take = p & ~present
+        value, present = np.where(take, v, value), present | take
+    return value, present
+
+
+def _ordered(cluster: Cluster, kind: str, operator: str, longest_first: bool) -> list[str]:
+    known = [
+        (s, r) for r in cluster.rollups(kind, operator) if (s := _rollup_seconds(r)) is not None
+    ]
+    return [r for _, r in sorted(known, reverse=longest_first)]
+
+
+def node_usage(
+    cluster: Cluster, aggregation: str = "", duration_s: float = 0.0
+) -> tuple[dict[str, tuple[np.ndarray, BoolArray]], BoolArray]:
+    """Percent usage per resource and where present; plus where the aggregated usage is nil."""
+    usage: dict[str, tuple[np.ndarray, BoolArray]] = {}
+    n = len(cluster)
+    if not aggregation:
+        for name, kind in KINDS.items():
+            order = [
+                (op, r)
+                for op in ("AVG", "Latest")
+                for r in [*sorted(_ordered(cluster, kind, op, False), key=lambda r: r != "5m"), ""]
+            ]
+            usage[name] = _pick(cluster, kind, order)
+        return usage, np.zeros(n, dtype=np.bool_)
+    op = AGGREGATION_TYPES[aggregation]
+    if duration_s:
+        for name, kind in KINDS.items():
+            rollups = [r for r in cluster.rollups(kind, op) if _rollup_seconds(r) == duration_s]
+            usage[name] = _pick(cluster, kind, [(op, r) for r in rollups])
+        return usage, ~(usage["cpu"][1] | usage["memory"][1])
+    chosen = np.full(n, "", dtype=object)
+    found = {r for kind in KINDS.values() for r in _ordered(cluster, kind, op, True)}
+    for r in sorted(found, key=lambda r: -(_rollup_seconds(r) or 0.0)):
+        any_here = cluster.value("CPU", op, r)[1] | cluster.value("Memory", op, r)[1]
+        chosen = np.where((chosen == "") & any_here, r, chosen)
+    fallback, _ = node_usage(cluster)
+    for name, kind in KINDS.items():
+        value, present = fallback[name]
+        for r in set(chosen[chosen != ""]):
+            v, p = cluster.value(kind, op, r)
+            value, present = np.where(chosen == r, v, value), np.where(chosen == r, p, present)
+        usage[name] = (value, present)
+    return usage, ~(usage["cpu"][1] | usage["memory"][1])

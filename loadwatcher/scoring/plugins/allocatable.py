@@ -21,11 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from loadwatcher._types import IntArray
+from loadwatcher._types import BoolArray, IntArray
 from loadwatcher.quantity import Quantity
 from loadwatcher.scoring.cluster import Cluster
 from loadwatcher.scoring.common import BatchScores
 from loadwatcher.scoring.gomath import go_idiv, go_idiv_np, wrap_int64
+from loadwatcher.scoring.pods import Pod
+from loadwatcher.scoring.registry import Plugin
 
 NAME = "NodeResourcesAllocatable"
 
@@ -62,6 +64,9 @@ def parse_args(raw: Mapping[str, Any]) -> Args:
     return Args(mode, tuple(resources.items()))
 
 
+# ------------------------------------------------------------------------------ the math
+
+
 def allocatable_value(allocatable: Mapping[str, Quantity], name: str) -> int:
     """The node's allocatable ``name`` as the scheduler counts it (CPU in millicores)."""
     q = allocatable.get(name)
@@ -96,6 +101,22 @@ def normalize(scores: Sequence[int]) -> list[int]:
     return [go_idiv(wrap_int64(wrap_int64(s - lowest) * 100), old_range) for s in scores]
 
 
+def normalize_np(scores: IntArray) -> IntArray:
+    """Vectorised :func:`normalize`."""
+    if scores.size == 0:
+        return scores
+    highest, lowest = int(scores.max()), int(scores.min())
+    old_range = wrap_int64(highest - lowest)
+    if old_range == 0:
+        return np.zeros_like(scores)
+    with np.errstate(over="ignore"):
+        shifted = (scores - np.int64(lowest)) * np.int64(100)
+    return go_idiv_np(shifted, np.full_like(scores, old_range))
+
+
+# ------------------------------------------------------------------------------- the glue
+
+
 def _column(cluster: Cluster, name: str) -> IntArray:
     if name == "cpu":
         return cluster.alloc_cpu
@@ -116,23 +137,26 @@ def raw_scores(cluster: Cluster, args: Args) -> IntArray:
     return go_idiv_np(node_score, np.full_like(node_score, weight_sum))
 
 
-def normalize_np(scores: IntArray) -> IntArray:
-    """Vectorised :func:`normalize`."""
-    if scores.size == 0:
-        return scores
-    highest, lowest = int(scores.max()), int(scores.min())
-    old_range = wrap_int64(highest - lowest)
-    if old_range == 0:
-        return np.zeros_like(scores)
-    with np.errstate(over="ignore"):
-        shifted = (scores - np.int64(lowest)) * np.int64(100)
-    return go_idiv_np(shifted, np.full_like(scores, old_range))
-
-
-def score_batch(cluster: Cluster, args: Args, keep: np.ndarray | None = None) -> BatchScores:
+def score_batch(cluster: Cluster, args: Args, keep: BoolArray | None = None) -> BatchScores:
     """Scores of every node; normalisation over the rows in ``keep`` (default all)."""
     raw = raw_scores(cluster, args)
     rows = np.ones(len(cluster), dtype=np.bool_) if keep is None else keep
     out = np.zeros(len(cluster), dtype=np.int64)
     out[rows] = normalize_np(raw[rows])
     return BatchScores(out, np.ones(len(cluster), dtype=np.bool_))
+
+
+def _score(cluster: Cluster, pod: Pod, args: Args, keep: BoolArray) -> BatchScores:
+    return score_batch(cluster, args, keep)
+
+
+PLUGIN = Plugin(
+    name=NAME,
+    short="Alloc",
+    order=50,
+    parse_args=parse_args,
+    score=_score,
+    reads="no metrics",
+    divides_by="allocatable",
+    aliases=("Allocatable",),
+)

@@ -1,0 +1,77 @@
+"""Restore at start: serve the journal's last snapshot, and load its samples into the store.
+
+After a clean stop the journal holds the whole snapshot, served before the samples are
+loaded. After a crash it holds the last cycle's snapshot without windows: the samples are
+loaded first and the windows rebuilt from them as of the snapshot's time, so the restart
+serves the very snapshot the crashed process served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from loadwatcher.journal.sqlite import Journal
+from loadwatcher.pipeline import snapshot
+from loadwatcher.pipeline.snapshot import Snapshot, SnapshotWithoutWindows
+from loadwatcher.pipeline.store import SampleStore
+from loadwatcher.words import plural
+
+log = logging.getLogger("loadwatcher.engine")
+
+Saved = Snapshot | SnapshotWithoutWindows | None
+
+
+async def restore(
+    journal: Journal,
+    store: SampleStore,
+    clock: Callable[[], float],
+    retention_s: float,
+    serve: Callable[[Snapshot], Awaitable[None]],
+) -> None:
+    """Read the open ``journal`` into ``store`` and hand the snapshot to ``serve`` as soon
+    as there is one. Raises JournalError."""
+
+    async def serve_and_say(snap: Snapshot) -> None:
+        await serve(snap)
+        log.info(
+            "serving the journal's snapshot from %.0f s ago (%s)",
+            clock() - snap.taken_at,
+            plural(len(snap.nodes), "node"),
+        )
+
+    saved = await read_saved_snapshot(journal)
+    if isinstance(saved, Snapshot):
+        await serve_and_say(saved)
+    keep_from = clock() - retention_s
+    stored = await journal.load_samples(load_from(saved, keep_from, retention_s))
+    await asyncio.to_thread(store.load, stored.keys, stored.samples)
+    if isinstance(saved, SnapshotWithoutWindows):
+        await serve_and_say(await asyncio.to_thread(saved.build, store.columns, list(store.keys)))
+        store.trim(keep_from)
+    log.info(
+        "recovered %s of %s from the journal",
+        plural(len(store.columns), "sample"),
+        plural(len(stored.keys), "series", "series"),
+    )
+
+
+async def read_saved_snapshot(journal: Journal) -> Saved:
+    """The snapshot row in either journal form; an unreadable one is logged and ignored."""
+    body = await journal.load_snapshot()
+    if body is None:
+        return None
+    try:
+        return await asyncio.to_thread(snapshot.decode, body)
+    except ValueError as exc:
+        log.warning("journal snapshot unreadable, ignoring it: %s", exc)
+        return None
+
+
+def load_from(saved: Saved, keep_from: float, retention_s: float) -> float:
+    """The oldest sample time to load: the retention's, and for a snapshot without windows
+    every sample its windows were made from, even those out of retention by now (pure)."""
+    if isinstance(saved, SnapshotWithoutWindows):
+        return min(keep_from, saved.taken_at - retention_s)
+    return keep_from
