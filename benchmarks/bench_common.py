@@ -1,6 +1,6 @@
 """Shared plumbing of the benchmark harness: paths, tools, progress, statistics, processes.
 
-Standard library, ``orjson`` and the tests' process helpers (``tests/backends.py``): every
+Standard library, ``orjson`` and the tests' process helpers (``tests/support/backends.py``): every
 process started here is stopped by its PID, and an ``atexit`` hook there kills any that a
 crashed run left behind.
 """

@@ -2,7 +2,7 @@
 
 Reads ``/api/v1/nodes`` and ``/api/v1/pods`` (non-terminated pods) the way the
 metrics-server provider reads its lists: the kubeconfig is loaded by ``kubernetes_asyncio``
-(``providers.kubeaccess``: contexts, tokens and token files, client certificates, CA data,
+(``providers.kube.access``: contexts, tokens and token files, client certificates, CA data,
 insecure-skip-tls-verify, exec plugins) and lists are paged by ``providers.kube.KubeClient``.
 
 A pod bound less than ``recent_s`` (default 300 s, the Trimaran cache horizon) ago, judged by

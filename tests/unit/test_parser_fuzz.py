@@ -1,7 +1,7 @@
 """Adversarial payloads for the Prometheus parser.
 
 Two readings of an answer must agree bit for bit: ``parse_answer`` (the bytes path:
-``promjson`` cuts the sample arrays out of the text and parses their numbers in bulk) and
+``jsonbytes`` splits the sample arrays out of the text and parses their numbers in bulk) and
 the JSON path it falls back to (``orjson.loads`` + ``parse_matrix``) — same series, same
 float64 bits, same error message. Whatever is accepted must not crash the store or put a
 bad value in a rollup.

@@ -77,7 +77,7 @@ class KubeClient:
     """GET lists from the API server; raises only ProviderError."""
 
     def __init__(self, settings: KubeAccess, api: ApiClient | None = None) -> None:
-        """``api``: a client already opened (``kubeaccess.open_client``) to use first, so
+        """``api``: a client already opened (``access.open_client``) to use first, so
         that an exec plugin does not run twice; after a 401 the client is opened afresh."""
         self.settings = settings
         self._api = api
