@@ -17,7 +17,7 @@ from aiohttp import web
 
 from loadwatcher.config import Settings
 from loadwatcher.engine import Engine, EngineOptions
-from loadwatcher.http import api
+from loadwatcher.http import api, edge
 from loadwatcher.http.security import TlsReloader, TokenFile
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.pipeline import analysis
@@ -51,6 +51,7 @@ def build_engine(settings: Settings) -> Engine:
         thresholds=analysis.Thresholds(a.stale_after_s, a.frozen_after_s, a.min_coverage),
         provider_timeout_s=settings.provider.timeout_s,
         corroborate_threshold_pct=settings.corroborate.threshold_pct,
+        max_bad_node_share=settings.health.max_bad_node_share,
     )
     engine = Engine(
         registry.build_provider(settings),
@@ -68,25 +69,30 @@ def build_engine(settings: Settings) -> Engine:
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     """Run the service until ``stop`` is set (or SIGINT/SIGTERM arrives)."""
     stop = stop or asyncio.Event()
+    server = settings.server
+    tokens = TokenFile(server.auth_token_file) if server.auth_token_file else None
+    if tokens is not None:
+        tokens.require("server.auth_token_file")  # before anything starts: exit 2
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    server = settings.server
     tls = None
     if server.tls_cert_file and server.tls_key_file:
         tls = TlsReloader(server.tls_cert_file, server.tls_key_file)
-    tokens = TokenFile(server.auth_token_file) if server.auth_token_file else None
     engine = build_engine(settings)
     app = api.make_app(engine, tokens=tokens, protect_metrics=server.auth_metrics)
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
     reloader: asyncio.Task[None] | None = None
     try:
-        site = web.TCPSite(
+        limits = edge.Limits(
+            server.header_timeout_s, server.keepalive_timeout_s, server.max_connections
+        )
+        site = edge.GuardedSite(
             runner,
             server.host,
             server.port,
-            reuse_address=True,
+            limits,
             ssl_context=tls.context if tls else None,
             backlog=LISTEN_BACKLOG,
         )

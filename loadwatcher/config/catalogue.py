@@ -56,6 +56,7 @@ class Catalogue:
             *own,
             spec.ANALYSIS,
             spec.corroborate_section(self.names),
+            spec.HEALTH,
             spec.LOG,
         )
         self.section_names = tuple(section.name for section in self.sections)

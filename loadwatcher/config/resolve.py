@@ -28,6 +28,7 @@ _LISTED_FIRST = (
     "prometheus",
     "log",
     "analysis",
+    "health",
     "corroborate",
 )
 

@@ -21,6 +21,9 @@ class ServerSettings:
     auth_metrics: bool
     tls_cert_file: str | None
     tls_key_file: str | None
+    header_timeout_s: float
+    keepalive_timeout_s: float
+    max_connections: int
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,11 @@ class AnalysisSettings:
 
 
 @dataclass(frozen=True)
+class HealthSettings:
+    max_bad_node_share: float
+
+
+@dataclass(frozen=True)
 class CorroborateSettings:
     name: str | None
     address: str
@@ -80,6 +88,7 @@ class Settings:
     log: LogSettings
     analysis: AnalysisSettings
     corroborate: CorroborateSettings
+    health: HealthSettings
     sections: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def section(self, section: Section[S]) -> S:

@@ -13,6 +13,7 @@ from loadwatcher.config.parsers import ProviderNames
 from loadwatcher.config.settings import (
     AnalysisSettings,
     CorroborateSettings,
+    HealthSettings,
     JournalSettings,
     LogSettings,
     PollSettings,
@@ -59,6 +60,17 @@ class Section(Generic[S]):
                 raise ValueError(f"section {self.name}: its specs must name the fields {names}")
 
 
+def _positive_count(text: str) -> int:
+    what = "an integer >= 1"
+    try:
+        value = int(text)
+    except ValueError:  # not an integer, or more digits than int() takes
+        raise parse.expected(what, text) from None
+    if value < 1:
+        raise parse.expected(what, text)
+    return value
+
+
 SERVER = Section(
     "server",
     ServerSettings,
@@ -87,6 +99,26 @@ SERVER = Section(
         ),
         Spec(
             "server.tls_key_file", parse.optional_str, None, "private key of server.tls_cert_file"
+        ),
+        Spec(
+            "server.header_timeout_s",
+            parse.positive_seconds,
+            10.0,
+            "close a connection that has not sent complete request headers (or finished its "
+            "TLS handshake) this long after it opened",
+        ),
+        Spec(
+            "server.keepalive_timeout_s",
+            parse.positive_seconds,
+            75.0,
+            "close a kept-alive connection that sends no complete request this long after "
+            "its last response",
+        ),
+        Spec(
+            "server.max_connections",
+            _positive_count,
+            1024,
+            "open connections served at once; further ones are closed as they arrive",
         ),
     ),
 )
@@ -214,6 +246,21 @@ ANALYSIS = Section(
             0.5,
             "a series with fewer than this share of its expected samples in the 15m window "
             "has low coverage (0 disables)",
+        ),
+    ),
+)
+
+
+HEALTH = Section(
+    "health",
+    HealthSettings,
+    (
+        Spec(
+            "health.max_bad_node_share",
+            parse.fraction,
+            0.1,
+            "/watcher/health answers 503 when more than this share of the nodes is stale, "
+            "frozen or missing (below, 200 degraded)",
         ),
     ),
 )

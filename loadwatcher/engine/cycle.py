@@ -47,6 +47,7 @@ class EngineOptions:
     thresholds: analysis.Thresholds = field(default_factory=analysis.Thresholds)
     provider_timeout_s: float = 10.0
     corroborate_threshold_pct: float = corroboration.DEFAULT_THRESHOLD_PCT
+    max_bad_node_share: float = health.DEFAULT_MAX_BAD_NODE_SHARE
 
     @property
     def max_snapshot_age_s(self) -> float:
@@ -254,7 +255,7 @@ class Engine:
     def _metrics_state(self) -> State:
         counts = {str(q): len(nodes) for q, nodes in self.report.by_quality.items()}
         snap = self.current.snapshot if self.current else None
-        return State(counts, snap.taken_at if snap else None)
+        return State(counts, snap.taken_at if snap else None, str(self.health().status))
 
     def _log_quality(self) -> None:
         self._transitions.quality(self.report)
@@ -276,6 +277,9 @@ class Engine:
             self.report.nodes(Quality.STALE),
             self.options.max_snapshot_age_s,
             missing_nodes=self.report.nodes(Quality.MISSING),
+            frozen_nodes=self.report.nodes(Quality.FROZEN),
+            known_nodes=sum(len(nodes) for nodes in self.report.by_quality.values()),
+            max_bad_node_share=self.options.max_bad_node_share,
         )
 
     # -- the loop ---------------------------------------------------------------------

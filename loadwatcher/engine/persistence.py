@@ -18,6 +18,8 @@ import numpy as np
 
 from loadwatcher.engine.selfmetrics import SelfMetrics
 from loadwatcher.errors import JournalError
+from loadwatcher.journal.codec import Refused
+from loadwatcher.journal.lock import JournalLocked
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import Columns, Resource
 from loadwatcher.pipeline import health, snapshot
@@ -37,6 +39,10 @@ class Persistence:
         # Samples fetched but not in the file yet (the last writes failed), by store id.
         self.unwritten = no_samples()
         self._fold_error: str | None = None
+        # What the start's read left out, shown in health's journal error while the journal
+        # is otherwise fine (a damaged row is not an outage, but someone should look).
+        self._refused: str | None = None
+        journal.on_refused = self.refused
 
     async def open(self) -> None:
         report = await self.journal.open()
@@ -112,16 +118,33 @@ class Persistence:
                 log.warning("%s", exc)
         await journal.close()
 
+    def refused(self, refused: Refused) -> None:
+        """Say what a read of the samples left out: damaged rows, implausible samples."""
+        parts = []
+        if refused.damaged_rows:
+            parts.append(f"{plural(refused.damaged_rows, 'damaged row')} dropped")
+        if refused.implausible:
+            parts.append(f"{plural(refused.implausible, 'implausible sample')} dropped")
+        if not parts:
+            return
+        self._refused = f"journal: {', '.join(parts)}"
+        log.warning("%s (%s)", self._refused, self.journal.path)
+        if self.status.ok:
+            self.status.error = self._refused
+
     def failed(self, exc: JournalError) -> None:
         self.metrics.journal_errors.inc()
         if self.status.ok:
-            log.error("%s; serving from memory without persistence", exc)
+            if isinstance(exc, JournalLocked):
+                log.error("%s; running without persistence until it stops", exc)
+            else:
+                log.error("%s; serving from memory without persistence", exc)
         self.status.ok, self.status.error = False, str(exc)
 
     def recovered(self, detail: str = "") -> None:
         if not self.status.ok:
             log.info("journal %s writable again; persistence resumed%s", self.journal.path, detail)
-        self.status.ok, self.status.error = True, None
+        self.status.ok, self.status.error = True, self._refused
 
 
 def pending_samples(unwritten: Columns, added: Columns, trim_before: float) -> Columns:

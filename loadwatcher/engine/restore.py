@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from loadwatcher.journal import codec
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.pipeline import snapshot
 from loadwatcher.pipeline.snapshot import Snapshot, SnapshotWithoutWindows
@@ -45,7 +46,9 @@ async def restore(
     if isinstance(saved, Snapshot):
         await serve_and_say(saved)
     keep_from = clock() - retention_s
-    stored = await journal.load_samples(load_from(saved, keep_from, retention_s))
+    # Samples pass the checks fresh ones pass; ahead of the clock only within a tolerance.
+    until = clock() + codec.FUTURE_TOLERANCE_S
+    stored = await journal.load_samples(load_from(saved, keep_from, retention_s), until)
     await asyncio.to_thread(store.load, stored.keys, stored.samples)
     if isinstance(saved, SnapshotWithoutWindows):
         await serve_and_say(await asyncio.to_thread(saved.build, store.columns, list(store.keys)))

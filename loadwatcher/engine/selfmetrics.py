@@ -1,8 +1,8 @@
 """The service's own metrics, for ``GET /metrics`` (prometheus-client, one registry per app).
 
 Event metrics (poll duration, samples, errors, journal writes, HTTP requests) are counted
-where they happen. State metrics (nodes by quality, snapshot age) are read from the engine
-at scrape time by a custom collector, so they are never out of date.
+where they happen. State metrics (nodes by quality, snapshot age, health state) are read
+from the engine at scrape time by a custom collector, so they are never out of date.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 
 from loadwatcher.errors import ProviderErrorKind
 from loadwatcher.pipeline.analysis import Quality
+from loadwatcher.pipeline.health import Status
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -30,6 +31,7 @@ class State:
 
     nodes_by_quality: dict[str, int]
     snapshot_taken_at: float | None
+    health_status: str | None = None
 
 
 class _StateCollector(Collector):
@@ -51,6 +53,15 @@ class _StateCollector(Collector):
         taken = state.snapshot_taken_at
         age.add_metric([], float("nan") if taken is None else max(0.0, time.time() - taken))
         yield age
+        # One series per state, 1 for the current one: alerts select a state by its label.
+        status = GaugeMetricFamily(
+            "loadwatcher_health_status",
+            "1 for the state /watcher/health reports (ok, degraded, unhealthy), 0 for the others",
+            labels=["status"],
+        )
+        for name in Status:
+            status.add_metric([str(name)], 1.0 if state.health_status == name else 0.0)
+        yield status
 
 
 class SelfMetrics:
@@ -95,7 +106,7 @@ class SelfMetrics:
         )
         # Every label value exported at 0 from the start, so that rate() and alerts see the
         # first increment (a series that appears at 1 has no increase to rate).
-        for reason in ("non_finite", "negative", "over_100"):
+        for reason in ("non_finite", "negative", "over_100", "unparsable"):
             self.samples_dropped.labels(reason)
         for kind in ProviderErrorKind:
             self.provider_errors.labels(str(kind))

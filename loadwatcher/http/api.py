@@ -21,8 +21,9 @@ from prometheus_client import Histogram
 from loadwatcher.engine import Engine
 from loadwatcher.engine.published import Body
 from loadwatcher.engine.selfmetrics import CONTENT_TYPE
-from loadwatcher.http import negotiation, openapi, prepared, security, statuspage
+from loadwatcher.http import negotiation, openapi, params, prepared, security, statuspage
 from loadwatcher.http.appkeys import ENCODINGS_KEY, ENGINE_KEY
+from loadwatcher.http.params import BadRequest
 from loadwatcher.http.security import TokenFile
 from loadwatcher.model import WINDOWS
 from loadwatcher.wire.formats import Format
@@ -45,27 +46,17 @@ def error(
     )
 
 
-class BadRequest(Exception):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
 def _params(request: web.Request) -> tuple[str | None, Format, str | None]:
-    unknown = sorted(set(request.query) - _ALLOWED_PARAMS)
-    if unknown:
-        noun = "parameter" if len(unknown) == 1 else "parameters"
-        raise BadRequest("bad_parameter", f"unknown query {noun}: {', '.join(unknown)}")
-    window = request.query.get("window")
+    query = params.checked(request.query, _ALLOWED_PARAMS)
+    window = query.get("window")
     if window is not None and window not in _WINDOW_NAMES:
         raise BadRequest("bad_window", f"window must be one of {', '.join(_WINDOW_NAMES)}")
-    fmt_text = request.query.get("format", Format.DEFAULT.value)
+    fmt_text = query.get("format", Format.DEFAULT.value)
     try:
         fmt = Format(fmt_text)
     except ValueError:
         raise BadRequest("bad_format", "format must be 'default' or 'kep'") from None
-    host = request.query.get("host")
+    host = query.get("host")
     if host is not None:
         _check_node_name(host)
     return window, fmt, host

@@ -8,6 +8,7 @@ from importlib import resources
 from typing import Any
 
 from loadwatcher import __version__
+from loadwatcher.http.statusrows import SORTS
 
 NODE_NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._:-]{0,251}[A-Za-z0-9])?$"
 
@@ -41,8 +42,11 @@ _HEALTH = {
     "type": "object",
     "required": ["status", "reasons", "provider", "journal", "snapshot"],
     "properties": {
-        "status": {"type": "string", "enum": ["ok", "unhealthy"]},
+        "status": {"type": "string", "enum": ["ok", "degraded", "unhealthy"]},
         "reasons": {"type": "array", "items": {"type": "string"}},
+        "serviceReasons": {"type": "array", "items": {"type": "string"}},
+        "nodeReasons": {"type": "array", "items": {"type": "string"}},
+        "badNodes": {"type": "object"},
         "provider": {"type": "object"},
         "journal": {"type": "object"},
         "snapshot": {"type": "object"},
@@ -103,7 +107,7 @@ def spec() -> dict[str, Any]:
     health = {
         "summary": "provider, snapshot and journal health",
         "responses": {
-            "200": _json(_HEALTH, "healthy"),
+            "200": _json(_HEALTH, "ok, or degraded: only node-level reasons, within the share"),
             "401": _json(_ERR_REF, "a bearer token is required"),
             "503": _json(_HEALTH, "unhealthy; reasons say why"),
         },
@@ -152,11 +156,30 @@ def spec() -> dict[str, Any]:
             "/": {
                 "get": {
                     "summary": "status page",
+                    "parameters": [
+                        {
+                            "name": "sort",
+                            "in": "query",
+                            "required": False,
+                            "schema": {
+                                "type": "string",
+                                "enum": list(SORTS),
+                            },
+                        },
+                        {
+                            "name": "q",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "string"},
+                            "description": "node name substring (its first 253 characters)",
+                        },
+                    ],
                     "responses": {
                         "200": {
                             "description": "HTML",
                             "content": {"text/html": {"schema": {"type": "string"}}},
                         },
+                        "400": _json(_ERR_REF, "bad parameter"),
                         "401": _json(_ERR_REF, "a bearer token is required"),
                     },
                 }

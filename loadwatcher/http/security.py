@@ -16,6 +16,8 @@ import ssl
 import orjson
 from aiohttp import web
 
+from loadwatcher.errors import ConfigError
+
 log = logging.getLogger("loadwatcher.security")
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
@@ -43,23 +45,43 @@ class TokenFile:
             try:
                 with open(self.path, encoding="utf-8") as fh:
                     lines = [line.strip() for line in fh]
-            except OSError as exc:
+            except (OSError, UnicodeDecodeError) as exc:
                 # Keep the tokens we had: a rotation in progress must not open the API.
-                log.error("cannot read token file %s: %s", self.path, exc.strerror)
+                log.error("cannot read token file %s: %s", self.path, _reason(exc))
                 return self._tokens
-            self._tokens = tuple(t.encode() for t in lines if t and not t.startswith("#"))
+            tokens = tuple(t.encode() for t in lines if t and not t.startswith("#"))
             self._stamp = stamp
+            if not tokens and self._tokens:
+                # A rotation that truncates before it writes: keep the old tokens rather
+                # than refuse every request; the next change of the file is read again.
+                log.error("token file %s holds no token now: keeping the previous ones", self.path)
+                return self._tokens
+            self._tokens = tokens
         return self._tokens
 
+    def require(self, setting: str) -> None:
+        """At start: refuse a file with no token (every request would be refused)."""
+        if not self.tokens():
+            raise ConfigError(
+                setting, f"{self.path} holds no token: every request would be refused"
+            )
+
     def accepts(self, header: str | None) -> bool:
-        if not header or not header.startswith("Bearer "):
+        # The scheme is case-insensitive (RFC 7235 section 2.1): Bearer, bearer, BEARER.
+        if not header or header[:7].lower() != "bearer ":
             return False
-        given = header[len("Bearer ") :].strip().encode()
+        given = header[7:].strip().encode("utf-8", "surrogateescape")
         matched = False
         for token in self.tokens():
             # No early exit: every token is compared whatever the outcome.
             matched |= hmac.compare_digest(given, token)
         return matched
+
+
+def _reason(exc: OSError | UnicodeDecodeError) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    return exc.strerror or str(exc)
 
 
 def needs_token(path: str, protect_metrics: bool) -> bool:

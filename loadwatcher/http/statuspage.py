@@ -26,6 +26,7 @@ from aiohttp import web
 
 from loadwatcher import __version__
 from loadwatcher.http.appkeys import ENGINE_KEY
+from loadwatcher.http.params import BadRequest, checked
 from loadwatcher.http.statusrows import (
     BANDS,
     QUALITY_ORDER,
@@ -47,6 +48,7 @@ _CSS = _HERE.joinpath("statuspage.css").read_text(encoding="utf-8")
 
 MAX_FILTER = 253
 MIN_REFRESH_S = 5
+_PARAMS = frozenset({"sort", "q"})
 _LABELS = {Resource.CPU: "CPU", Resource.MEMORY: "Memory"}
 _HEADERS = {
     "Cache-Control": "no-cache",
@@ -87,11 +89,16 @@ def _cell(cell: Cell | None) -> str:
     return f'<td class="v l{band(cell.avg)}" title="{escape(tip)}">{cell.avg:.1f}</td>'
 
 
+_STATUS_BADGE = {"ok": ("healthy", "good"), "degraded": ("degraded", "warn")}
+
+
 def _summary(health: dict[str, Any], snap: Snapshot | None, all_rows: list[Row]) -> str:
     prov = health.get("provider", {})
     journal = health.get("journal", {})
     snap_info = health.get("snapshot", {})
-    ok = health.get("status") == "ok"
+    # ok green, degraded (node-level problems only, still 200) orange, anything else red.
+    status = str(health.get("status", "unhealthy"))
+    shown, tone = _STATUS_BADGE.get(status, ("unhealthy", "bad"))
     p_ok = bool(prov.get("ok"))
     p_state = "ok" if p_ok else ("down" if prov.get("lastAttempt") is not None else "waiting")
     p_err = f" — {escape(str(prov['error']))}" if prov.get("error") else ""
@@ -106,8 +113,7 @@ def _summary(health: dict[str, Any], snap: Snapshot | None, all_rows: list[Row])
     age = snap_info.get("ageSeconds")
     reasons = "".join(f"<li>{escape(str(r))}</li>" for r in health.get("reasons", []))
     return (
-        f'<div class="status {"good" if ok else "bad"}" id="health">'
-        f"{'healthy' if ok else 'unhealthy'}</div>"
+        f'<div class="status {tone}" id="health">{shown}</div>'
         '<dl class="facts">'
         f'<div><dt>provider</dt><dd id="provider"><span class="dot {p_state}"></span>'
         f"{source} {p_state}{p_err}</dd></div>"
@@ -238,10 +244,11 @@ def render(
 async def status_page(request: web.Request) -> web.Response:
     """``GET /``: the HTML status page (``?sort=``, ``?q=``)."""
     engine = request.app[ENGINE_KEY]
-    sort = request.query.get("sort", "name")
+    params = checked(request.query, _PARAMS)  # as the API: a mistyped link is told so
+    sort = params.get("sort", "name")
     if sort not in SORTS:
-        sort = "name"
-    query = request.query.get("q", "")[:MAX_FILTER]
+        raise BadRequest("bad_sort", f"sort must be one of {', '.join(SORTS)}")
+    query = params.get("q", "")[:MAX_FILTER]
     now = engine.clock()
     health = engine.health(now).body
     pub = engine.current

@@ -1,59 +1,108 @@
 """Sample chunks: a cycle's samples as three little-endian arrays, for the journal (pure).
 
-A chunk is (file series id int64, time float64, value float64) of equal length. Decoding
-concatenates chunks in file order; ``last_of_each`` restores (series, time) order and keeps
-the last written of duplicate (series, time) pairs; ``samples_since`` does both and maps
-file series ids to the store's.
+A chunk is (file series id int64, time float64, value float64) of equal length, with the
+CRC32 of the three. Decoding drops a chunk whose checksum does not match or whose columns
+differ in length (counted, never served) and concatenates the rest in file order;
+``last_of_each`` restores (series, time) order and keeps the last written of duplicate
+(series, time) pairs; ``samples_since`` does both, maps file series ids to the store's and
+applies the checks a fresh sample passes.
 """
 
 from __future__ import annotations
 
+import zlib
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from loadwatcher.model import Columns
+from loadwatcher.pipeline.store import OVER_100_TOLERANCE
 
 _SID = np.dtype("<i8")
 _F64 = np.dtype("<f8")
 
+# A sample this far ahead of the clock at start is refused: kept, it would hide every fresh
+# sample of its series until the clock caught up (the store takes only newer samples).
+FUTURE_TOLERANCE_S = 60.0
 
-INSERT = "INSERT INTO chunks (ts_min, ts_max, n, sid, ts, val) VALUES (?, ?, ?, ?, ?, ?)"
+INSERT = "INSERT INTO chunks (ts_min, ts_max, n, sid, ts, val, crc) VALUES (?, ?, ?, ?, ?, ?, ?)"
+
+
+@dataclass(frozen=True)
+class Refused:
+    """What a read left out: ``damaged_rows`` (checksum or shape wrong), ``implausible``
+    samples (not finite, out of range, or in the future)."""
+
+    damaged_rows: int = 0
+    implausible: int = 0
+
+
+def checksum(sid_b: bytes, ts_b: bytes, val_b: bytes) -> int:
+    return zlib.crc32(val_b, zlib.crc32(ts_b, zlib.crc32(sid_b)))
 
 
 def encode(
     fid: np.ndarray, ts: np.ndarray, val: np.ndarray
-) -> tuple[float, float, int, bytes, bytes, bytes]:
+) -> tuple[float, float, int, bytes, bytes, bytes, int]:
+    sid_b = np.ascontiguousarray(fid, _SID).tobytes()
+    ts_b = np.ascontiguousarray(ts, _F64).tobytes()
+    val_b = np.ascontiguousarray(val, _F64).tobytes()
     return (
         float(ts.min()),
         float(ts.max()),
         int(ts.shape[0]),
-        np.ascontiguousarray(fid, _SID).tobytes(),
-        np.ascontiguousarray(ts, _F64).tobytes(),
-        np.ascontiguousarray(val, _F64).tobytes(),
+        sid_b,
+        ts_b,
+        val_b,
+        checksum(sid_b, ts_b, val_b),
     )
 
 
-def decode(chunks: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Concatenate chunk rows (file order) into three arrays; ValueError if one is torn."""
+def decode(chunks: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Concatenate the sound chunk rows (file order) into three arrays; the last item counts
+    the rows left out (checksum mismatch, columns torn or not blobs)."""
     fids, tss, vals = [], [], []
-    for sid_b, ts_b, val_b in chunks:
-        fid = np.frombuffer(sid_b, _SID)
-        ts = np.frombuffer(ts_b, _F64)
-        val = np.frombuffer(val_b, _F64)
+    damaged = 0
+    for sid_b, ts_b, val_b, crc in chunks:
+        try:
+            if checksum(sid_b, ts_b, val_b) != crc:
+                raise ValueError("checksum mismatch")
+            fid = np.frombuffer(sid_b, _SID)
+            ts = np.frombuffer(ts_b, _F64)
+            val = np.frombuffer(val_b, _F64)
+        except (TypeError, ValueError):  # TypeError: a column that is not a blob
+            damaged += 1
+            continue
         if not fid.shape[0] == ts.shape[0] == val.shape[0]:
-            raise ValueError("a sample chunk has columns of different lengths")
+            damaged += 1
+            continue
         fids.append(fid)
         tss.append(ts)
         vals.append(val)
     if not fids:
-        return np.empty(0, np.int64), np.empty(0, np.float64), np.empty(0, np.float64)
+        return np.empty(0, np.int64), np.empty(0, np.float64), np.empty(0, np.float64), damaged
     # Native byte order on every platform this runs on: no copy beyond the concatenation.
     return (
         np.concatenate(fids).astype(np.int64, copy=False),
         np.concatenate(tss).astype(np.float64, copy=False),
         np.concatenate(vals).astype(np.float64, copy=False),
+        damaged,
     )
+
+
+def plausible(ts: np.ndarray, val: np.ndarray, until: float) -> np.ndarray:
+    """The samples a fresh fetch would keep (``SampleStore.add``: finite, 0..100 plus its
+    tolerance) and not later than ``until``: a row with a good checksum can still hold what
+    a faulty process wrote."""
+    ok: np.ndarray = (
+        np.isfinite(ts)
+        & (ts <= until)
+        & np.isfinite(val)
+        & (val >= 0)
+        & (val <= 100.0 + OVER_100_TOLERANCE)
+    )
+    return ok
 
 
 def last_of_each(sid: np.ndarray, ts: np.ndarray, val: np.ndarray) -> Columns:
@@ -80,26 +129,32 @@ def last_of_each(sid: np.ndarray, ts: np.ndarray, val: np.ndarray) -> Columns:
     return Columns(sid[last], ts[last], val[last])
 
 
-def samples_since(rows: list[Any], ids: np.ndarray, since: float) -> Columns:
-    """The chunk rows' samples not older than ``since``, in store ids (``ids[i]`` is the file
-    id of store series ``i``) and (series, time) order; ValueError if a chunk is torn."""
-    fid, ts, val = decode(rows)
+def samples_since(
+    rows: list[Any], ids: np.ndarray, since: float, until: float = np.inf
+) -> tuple[Columns, Refused]:
+    """The chunk rows' plausible samples from ``since`` to ``until``, in store ids (``ids[i]``
+    is the file id of store series ``i``) and (series, time) order, and what was refused."""
+    fid, ts, val, damaged = decode(rows)
     if fid.shape[0] == 0 or ids.shape[0] == 0:
         empty = np.empty(0, np.float64)
-        return Columns(np.empty(0, np.int64), empty, empty.copy())
+        return Columns(np.empty(0, np.int64), empty, empty.copy()), Refused(damaged)
+    sound = plausible(ts, val, until)
+    implausible = int(sound.shape[0] - np.count_nonzero(sound))
     # Ids are dense 0..n-1 as written; map through a lookup anyway in case of gaps, and drop
     # samples of series the file does not list (it never writes such) or of a resource this
     # version does not know. One mask, one copy: every copy of the columns is memory a
     # fresh process must fault in.
-    keep = ts >= since
+    keep = sound & (ts >= since)
     if np.array_equal(ids, np.arange(ids.shape[0])):
         sid = fid
         keep &= (fid >= 0) & (fid < ids.shape[0])
     else:
-        lookup = np.full(max(int(ids.max()), int(fid.max())) + 1, -1, np.int64)
+        # Sized by the series listed, not by the ids found: a row may hold any id.
+        lookup = np.full(int(ids.max()) + 1, -1, np.int64)
         lookup[ids] = np.arange(ids.shape[0])
-        sid = lookup[np.clip(fid, 0, None)]
-        keep &= (fid >= 0) & (sid >= 0)
+        inside = (fid >= 0) & (fid < lookup.shape[0])
+        sid = lookup[np.where(inside, fid, 0)]
+        keep &= inside & (sid >= 0)
     if not bool(keep.all()):
         sid, ts, val = sid[keep], ts[keep], val[keep]
-    return last_of_each(sid, ts, val)
+    return last_of_each(sid, ts, val), Refused(damaged, implausible)

@@ -15,12 +15,14 @@ from typing import Any
 
 import aiosqlite
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Samples are written as one row per cycle ("chunk"): three little-endian arrays (file
 # series id, time, value), one INSERT however many samples, where a row per sample made the
 # write grow with the cluster. Retention drops whole chunks once their newest sample is too
-# old, and reads filter by time.
+# old, and reads filter by time. ``crc`` is the CRC32 of the three arrays: a row whose bytes
+# changed (a bad sector, a stray write) still passes ``quick_check``, which sees only the
+# b-tree, and must not be served.
 _TABLES = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE series (
@@ -28,18 +30,23 @@ CREATE TABLE series (
     UNIQUE (node, resource));
 CREATE TABLE chunks (
     id INTEGER PRIMARY KEY, ts_min REAL NOT NULL, ts_max REAL NOT NULL, n INTEGER NOT NULL,
-    sid BLOB NOT NULL, ts BLOB NOT NULL, val BLOB NOT NULL);
+    sid BLOB NOT NULL, ts BLOB NOT NULL, val BLOB NOT NULL, crc INTEGER NOT NULL);
 CREATE INDEX chunks_ts_max ON chunks (ts_max);
 CREATE TABLE snapshot (
     id INTEGER PRIMARY KEY CHECK (id = 1), taken_at REAL NOT NULL, body BLOB NOT NULL);
 """
 
 
-async def connect(path: str) -> aiosqlite.Connection:
-    """A connection to ``path``, created owner-only (its directory too) if missing."""
+def make_parent(path: str) -> None:
+    """The journal's directory, created owner-only if missing."""
     where = Path(path)
     if where.parent != Path("") and not where.parent.exists():
         where.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+
+
+async def connect(path: str) -> aiosqlite.Connection:
+    """A connection to ``path``, created owner-only (its directory too) if missing."""
+    make_parent(path)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     os.close(fd)
     db = await aiosqlite.connect(path, isolation_level=None)

@@ -3,7 +3,9 @@
 The snapshot row normally holds the snapshot without its windows (see
 ``pipeline/snapshot.py``): they are rebuilt from the samples of the same transaction.
 
-WAL mode, one connection (one writer), one transaction per cycle. ``synchronous=NORMAL``
+One process at a time: ``open`` takes an exclusive lock on ``<name>.lock`` (``lock``) and
+``close`` releases it; a second process is refused, naming the holder's PID. WAL mode, one
+connection (one writer), one transaction per cycle. ``synchronous=NORMAL``
 is enough: in WAL mode a killed process never loses a committed transaction (only a power
 loss can lose the last ones), and the file is never corrupted.
 
@@ -12,6 +14,10 @@ the store is loaded from the file at start). The journal still keeps the store-i
 file-id map explicitly, so that a journal opened late -- the disk was read-only or full at
 start and came back -- can write into a file that already holds series of an earlier run
 without mixing them up.
+
+Each sample chunk carries a checksum. A read leaves out chunks whose checksum or shape is
+wrong and samples no fresh fetch would keep (``codec.plausible``), and tells ``on_refused``
+what it left out, so that health can say so.
 
 A failed write (disk full, read-only, I/O error) leaves the connection usable: the next
 write simply tries again, and the engine hands it the samples of the failed ones.
@@ -27,13 +33,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import aiosqlite
 import numpy as np
 
 from loadwatcher.errors import JournalError
-from loadwatcher.journal import codec, schema
+from loadwatcher.journal import codec, lock, schema
 from loadwatcher.model import Columns, Resource
 
 _RESOURCES = {str(r): r for r in Resource}
@@ -42,10 +49,12 @@ _PUT_SNAPSHOT = "INSERT OR REPLACE INTO snapshot (id, taken_at, body) VALUES (1,
 
 @dataclass(frozen=True)
 class StoredSamples:
-    """Every series the file holds (index = store series id) and their samples."""
+    """Every series the file holds (index = store series id), their samples, and what the
+    read refused (damaged rows, implausible samples)."""
 
     keys: list[tuple[str, Resource]]
     samples: Columns
+    refused: codec.Refused = field(default_factory=codec.Refused)
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,8 @@ class Journal:
     def __init__(self, path: str) -> None:
         self.path = path
         self._db: aiosqlite.Connection | None = None
+        self._lock: int | None = None  # the lock file's descriptor while open
+        self.on_refused: Callable[[codec.Refused], None] | None = None
         # File series id of each store series id (index = store id), and every series the
         # file holds, by key, with the next free id.
         self._file_ids: list[int] = []
@@ -79,10 +90,12 @@ class Journal:
         quarantined: str | None = None
         reason: str | None = None
         try:
+            schema.make_parent(self.path)
+            self._lock = lock.acquire(self.path)
             try:
                 await self._connect_and_check()
             except sqlite3.DatabaseError as exc:
-                await self._close_quietly()
+                await self._close_db()  # the lock stays: the file is still ours to replace
                 if not schema.must_move_aside(exc):
                     raise JournalError(f"cannot open journal {self.path}: {exc}") from exc
                 quarantined, reason = schema.quarantine(self.path), str(exc)
@@ -133,14 +146,15 @@ class Journal:
             raise JournalError(f"cannot read snapshot from {self.path}: {exc}") from exc
         return bytes(row[0]) if row else None
 
-    async def load_samples(self, since: float) -> StoredSamples:
-        """Every series and the samples not older than ``since``, time-ordered per series."""
+    async def load_samples(self, since: float, until: float = np.inf) -> StoredSamples:
+        """Every series and the plausible samples from ``since`` to ``until``, time-ordered
+        per series; damaged rows are left out and counted."""
         db = self._conn()
         try:
             async with db.execute("SELECT id, node, resource FROM series ORDER BY id") as cur:
                 rows = list(await cur.fetchall())
             async with db.execute(
-                "SELECT sid, ts, val FROM chunks WHERE ts_max >= ? ORDER BY id", (since,)
+                "SELECT sid, ts, val, crc FROM chunks WHERE ts_max >= ? ORDER BY id", (since,)
             ) as cur:
                 rows_c = list(await cur.fetchall())
         except sqlite3.Error as exc:
@@ -150,13 +164,12 @@ class Journal:
         keys = [(str(node), resource) for _, node, resource in known]
         self._set_file_ids([int(r[0]) for r in known])  # store id i <-> known[i]
         ids = np.asarray([int(r[0]) for r in known], np.int64)
-        try:
-            # Off the event loop, which may already be serving the snapshot restored before
-            # the samples.
-            samples = await asyncio.to_thread(codec.samples_since, rows_c, ids, since)
-        except ValueError as exc:
-            raise JournalError(f"cannot read samples from {self.path}: {exc}") from exc
-        return StoredSamples(keys, samples)
+        # Off the event loop, which may already be serving the snapshot restored before the
+        # samples.
+        samples, refused = await asyncio.to_thread(codec.samples_since, rows_c, ids, since, until)
+        if self.on_refused is not None:
+            self.on_refused(refused)
+        return StoredSamples(keys, samples, refused)
 
     async def write_cycle(
         self,
@@ -260,8 +273,14 @@ class Journal:
     async def close(self) -> None:
         await self._close_quietly()
 
-    async def _close_quietly(self) -> None:
+    async def _close_db(self) -> None:
         if self._db is not None:
             with contextlib.suppress(sqlite3.Error):
                 await self._db.close()
             self._db = None
+
+    async def _close_quietly(self) -> None:
+        await self._close_db()
+        if self._lock is not None:  # after the connection: no write outlives the lock
+            lock.release(self._lock)
+            self._lock = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from loadwatcher.words import plural
@@ -37,10 +38,34 @@ class JournalStatus:
         return self.path is not None
 
 
+class Status(StrEnum):
+    """The service's state: ``ok`` and ``degraded`` answer 200, ``unhealthy`` 503."""
+
+    OK = "ok"
+    DEGRADED = "degraded"
+    UNHEALTHY = "unhealthy"
+
+
+# Above this share of stale, frozen or missing nodes the fleet's data is no longer mostly
+# usable: a tenth keeps one bad node of a ten-node cluster a warning, and a third of a
+# three-node cluster an outage.
+DEFAULT_MAX_BAD_NODE_SHARE = 0.1
+
+
 @dataclass(frozen=True)
 class Verdict:
-    healthy: bool
+    """``healthy`` is what the HTTP code says: true for ``ok`` and ``degraded``."""
+
+    status: Status
     body: dict[str, Any]
+
+    @property
+    def healthy(self) -> bool:
+        return self.status is not Status.UNHEALTHY
+
+
+def _listed(nodes: tuple[str, ...], what: str) -> str:
+    return f"{plural(len(nodes), 'node')} {what}: {', '.join(nodes[:10])}"
 
 
 def evaluate(
@@ -52,42 +77,77 @@ def evaluate(
     stale_nodes: tuple[str, ...],
     max_snapshot_age_s: float,
     missing_nodes: tuple[str, ...] = (),
+    frozen_nodes: tuple[str, ...] = (),
+    known_nodes: int | None = None,
+    max_bad_node_share: float = DEFAULT_MAX_BAD_NODE_SHARE,
+    service_problems: tuple[str, ...] = (),
 ) -> Verdict:
-    """200 only when the provider answered, the snapshot is fresh and the journal writes."""
-    reasons: list[str] = []
+    """Service-level reasons make the service ``unhealthy`` (503); node-level ones only
+    ``degraded`` (200) while the bad nodes are at most ``max_bad_node_share`` of
+    ``known_nodes`` (the analysed nodes, missing ones included; by default ``nodes`` plus
+    the missing). ``service_problems`` are service-level reasons found elsewhere (clock
+    skew, once it is measured)."""
+    service: list[str] = []
     # Until a poll finishes, ``error`` is None and ``ok`` False: that is not an outage.
     first_poll_running = provider.polling and provider.error is None and not provider.ok
     if provider.last_attempt_at is None:
-        reasons.append("provider not polled yet")
+        service.append("provider not polled yet")
     elif first_poll_running:
         started = max(0.0, now - provider.last_attempt_at)
-        reasons.append(f"first poll in progress (started {started:.0f} s ago)")
+        service.append(f"first poll in progress (started {started:.0f} s ago)")
     elif not provider.ok:
-        reasons.append(f"provider down: {provider.error}")
+        service.append(f"provider down: {provider.error}")
     if snapshot_taken_at is None and not first_poll_running and provider.error is not None:
-        reasons.append("no snapshot yet: the last poll failed")
+        service.append("no snapshot yet: the last poll failed")
     elif snapshot_taken_at is None and not first_poll_running:
-        reasons.append("no snapshot yet: the first poll has not completed")
+        service.append("no snapshot yet: the first poll has not completed")
     age = None if snapshot_taken_at is None else max(0.0, now - snapshot_taken_at)
     if age is not None and age > max_snapshot_age_s:
-        reasons.append(f"snapshot is {age:.0f} s old (limit {max_snapshot_age_s:.0f} s)")
-    reasons.extend(f"query failed: {e}" for e in provider.partial_errors)
-    reasons.extend(provider.notices)
+        service.append(f"snapshot is {age:.0f} s old (limit {max_snapshot_age_s:.0f} s)")
+    service.extend(f"query failed: {e}" for e in provider.partial_errors)
+    service.extend(provider.notices)
+    # Service-level although the data served is right: the next restart starts without
+    # history, and only an operator can free the disk or fix the volume.
     if journal.enabled and not journal.ok:
-        reasons.append(f"journal unwritable, running without persistence: {journal.error}")
+        service.append(f"journal unwritable, running without persistence: {journal.error}")
+    service.extend(service_problems)
     if snapshot_taken_at is not None and nodes == 0:
-        reasons.append("no node has any sample")
+        service.append("no node has any sample")
+
+    node: list[str] = []
     if stale_nodes:
-        reasons.append(f"{plural(len(stale_nodes), 'node')} stale: {', '.join(stale_nodes[:10])}")
+        node.append(_listed(stale_nodes, "stale"))
+    if frozen_nodes:
+        node.append(_listed(frozen_nodes, "frozen"))
     if missing_nodes:
         have = "has" if len(missing_nodes) == 1 else "have"
-        reasons.append(
-            f"{plural(len(missing_nodes), 'node')} known to the provider {have} no metrics: "
-            f"{', '.join(missing_nodes[:10])}"
+        node.append(_listed(missing_nodes, f"known to the provider {have} no metrics"))
+    bad = len({*stale_nodes, *frozen_nodes, *missing_nodes})
+    of = nodes + len(missing_nodes) if known_nodes is None else max(known_nodes, bad)
+    share = bad / of if of else 0.0
+    if bad and share > max_bad_node_share:
+        service.append(
+            f"{bad} of {plural(of, 'node')} stale, frozen or missing "
+            f"({share:.0%}, limit {max_bad_node_share:.0%})"
         )
+
+    if service:
+        status = Status.UNHEALTHY
+    elif node:
+        status = Status.DEGRADED
+    else:
+        status = Status.OK
     body: dict[str, Any] = {
-        "status": "ok" if not reasons else "unhealthy",
-        "reasons": reasons,
+        "status": str(status),
+        "reasons": service + node,
+        "serviceReasons": service,
+        "nodeReasons": node,
+        "badNodes": {
+            "count": bad,
+            "of": of,
+            "share": round(share, 4),
+            "maxShare": max_bad_node_share,
+        },
         "provider": {
             "name": provider.name,
             "ok": provider.ok,
@@ -108,7 +168,8 @@ def evaluate(
             "ageSeconds": None if age is None else round(age, 3),
             "nodes": nodes,
             "staleNodes": list(stale_nodes[:50]),
+            "frozenNodes": list(frozen_nodes[:50]),
             "missingNodes": list(missing_nodes[:50]),
         },
     }
-    return Verdict(not reasons, body)
+    return Verdict(status, body)

@@ -11,14 +11,28 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
+from loadwatcher._types import BoolArray
 from loadwatcher.model import Columns, FloatArray, IntArray, Resource, Series, SeriesBatch
 
 # Utilisation above 100 % happens by rounding in exporters; beyond this it is a bad sample.
 OVER_100_TOLERANCE = 1.0
+
+# The value of a sample whose text a provider could not read: a NaN with a payload of its
+# own, which neither a backend nor arithmetic on values produces, so that the store counts
+# it as "unparsable" rather than "non_finite". Providers put it in after any scaling
+# (arithmetic need not keep a NaN's payload).
+_UNPARSABLE_BITS = 0x7FF8_0000_0BAD_0BAD
+UNPARSABLE: Final = float(np.array([_UNPARSABLE_BITS], np.uint64).view(np.float64)[0])
+
+
+def unparsable(values: FloatArray) -> BoolArray:
+    """Which of ``values`` are ``UNPARSABLE``."""
+    marked: BoolArray = np.asarray(values, np.float64).view(np.uint64) == _UNPARSABLE_BITS
+    return marked
 
 
 @dataclass(frozen=True)
@@ -119,7 +133,10 @@ class SampleStore:
         finite = np.isfinite(val)
         negative = finite & (val < 0)
         over = finite & (val > 100.0 + OVER_100_TOLERANCE)
-        dropped["non_finite"] += int((~finite).sum())
+        unread = int(unparsable(val).sum()) if not finite.all() else 0
+        if unread:  # only when some: callers compare the counts with the three above
+            dropped["unparsable"] = unread
+        dropped["non_finite"] += int((~finite).sum()) - unread
         dropped["negative"] += int(negative.sum())
         dropped["over_100"] += int(over.sum())
         good = finite & ~negative & ~over

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from loadwatcher.scoring import kube, registry
 from loadwatcher.scoring.nodes import NodeInput, parse_nodes
 from loadwatcher.scoring.pods import Pod, parse_pod
 from loadwatcher.scoring.registry import canonical_name, parse_plugin_args
+from loadwatcher.scoring.strict import in_file
 
 __all__ = [
     "extra_windows",
@@ -31,6 +32,25 @@ __all__ = [
 ]
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader refusing a mapping key given twice (the last would win silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<:`` may be overridden
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, Hashable):
+                continue  # the safe loader refuses it with its own message
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_bytes(path: str) -> bytes:
     try:
         return sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
@@ -38,11 +58,18 @@ def _read_bytes(path: str) -> bytes:
         raise ValueError(f"cannot read {path!r}: {exc.strerror or exc}") from None
 
 
+def _label(path: str) -> str:
+    """How messages name the file ``path``."""
+    return "stdin" if path == "-" else path
+
+
 def read_document(path: str) -> Any:
     """The first document of a YAML or JSON file (``-`` for stdin)."""
     raw = _read_bytes(path)
     try:
-        docs = [d for d in yaml.safe_load_all(raw.decode("utf-8")) if d is not None]
+        docs = [
+            d for d in yaml.load_all(raw.decode("utf-8"), Loader=_UniqueKeyLoader) if d is not None
+        ]
     except UnicodeDecodeError:
         raise ValueError(f"{path!r} is not UTF-8 text") from None
     except yaml.YAMLError as exc:
@@ -57,7 +84,8 @@ def read_document(path: str) -> Any:
 
 def read_pod(path: str) -> Pod:
     """The pod to place from a PodSpec subset or a manifest (YAML or JSON)."""
-    return parse_pod(read_document(path), f"pod file {path!r}")
+    doc = read_document(path)
+    return in_file(_label(path), lambda: parse_pod(doc))
 
 
 def read_nodes(
@@ -73,8 +101,9 @@ def read_nodes(
     if path is not None:
         doc = read_document(path)
         if isinstance(doc, Mapping) and isinstance(doc.get("items"), list):
-            return kube.nodes_from_items(doc["items"], now=now)  # kubectl ... -o json
-        return parse_nodes(doc, now=now)
+            items = doc["items"]  # kubectl get nodes,pods -A -o json
+            return in_file(_label(path), lambda: kube.nodes_from_items(items, now=now))
+        return in_file(_label(path), lambda: parse_nodes(doc, now=now))
     if kubeconfig is not None:
         return asyncio.run(kube.fetch_nodes(kubeconfig, context, now=now, timeout_s=timeout_s))
     return None

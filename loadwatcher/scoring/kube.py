@@ -7,6 +7,9 @@ insecure-skip-tls-verify, exec plugins) and lists are paged by ``providers.kube.
 
 A pod bound less than ``recent_s`` (default 300 s, the Trimaran cache horizon) ago, judged by
 its ``PodScheduled`` condition, is a *recent* pod; the others are plain pods on the node.
+
+Objects are whole manifests: fields scoring does not read are allowed, the ones it reads are
+checked (``pods.parse_pod``), and errors name the item's path (``items[3].spec...``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 from loadwatcher.errors import ClientError, ConfigError, ProviderError
 from loadwatcher.scoring.nodes import NodeInput, RecentPod
 from loadwatcher.scoring.pods import Pod, parse_pod, parse_resource_list
+from loadwatcher.scoring.strict import at, in_file, located
 
 __all__ = ["fetch_nodes", "nodes_from_items"]
 
@@ -26,13 +30,32 @@ RECENT_S = 300.0
 _RUNNING = ("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed")
 
 
-def _bound_at(pod: Mapping[str, Any]) -> float | None:
-    for cond in (pod.get("status") or {}).get("conditions") or ():
+def _bound_at(status: Mapping[str, Any], where: str) -> float | None:
+    conditions = status.get("conditions")
+    conditions = [] if conditions is None else conditions
+    if not isinstance(conditions, list):
+        raise ValueError(located(at(where, "conditions"), "expected a list"))
+    for i, cond in enumerate(conditions):
+        if not isinstance(cond, Mapping):
+            raise ValueError(located(at(at(where, "conditions"), i), "expected a mapping"))
         if cond.get("type") == "PodScheduled" and cond.get("status") == "True":
             stamp = cond.get("lastTransitionTime")
             if isinstance(stamp, str):
-                return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+                try:
+                    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+                except ValueError:
+                    cond_at = at(at(at(where, "conditions"), i), "lastTransitionTime")
+                    raise ValueError(located(cond_at, f"not an RFC 3339 time: {stamp!r}")) from None
     return None
+
+
+def _mapping(item: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    value = item.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(located(at(where, key), "expected a mapping"))
+    return value
 
 
 def nodes_from_items(
@@ -42,21 +65,23 @@ def nodes_from_items(
     nodes: dict[str, dict[str, Any]] = {}
     pods: list[tuple[str, Pod, float | None]] = []
     for i, item in enumerate(items):
+        where = at("items", i)
         if not isinstance(item, Mapping):
-            raise ValueError(f"items[{i}]: expected an object")
-        kind, meta = item.get("kind"), item.get("metadata") or {}
+            raise ValueError(located(where, "expected an object"))
+        kind = item.get("kind")
+        meta, spec, status = (_mapping(item, key, where) for key in ("metadata", "spec", "status"))
         if kind == "Node":
-            status = item.get("status") or {}
             name = str(meta.get("name"))
             nodes[name] = {
-                "capacity": parse_resource_list(status.get("capacity"), name),
-                "allocatable": parse_resource_list(status.get("allocatable"), name),
+                key: parse_resource_list(status.get(key), at(where, f"status.{key}"))
+                for key in ("capacity", "allocatable")
             }
         elif kind == "Pod":
-            spec, phase = item.get("spec") or {}, (item.get("status") or {}).get("phase")
-            if spec.get("nodeName") and phase not in ("Succeeded", "Failed"):
-                where = f"pod {meta.get('namespace', '')}/{meta.get('name', '')}"
-                pods.append((spec["nodeName"], parse_pod(item, where), _bound_at(item)))
+            node_name = spec.get("nodeName")
+            if node_name and status.get("phase") not in ("Succeeded", "Failed"):
+                pods.append(
+                    (str(node_name), parse_pod(item, where), _bound_at(status, at(where, "status")))
+                )
     on_node: dict[str, list[Pod]] = {n: [] for n in nodes}
     recent: dict[str, list[RecentPod]] = {n: [] for n in nodes}
     for node, pod, bound in pods:
@@ -118,4 +143,4 @@ async def fetch_nodes(
     finally:
         await client.close()
     items = [{**n, "kind": "Node"} for n in nodes] + [{**p, "kind": "Pod"} for p in pods]
-    return nodes_from_items(items, now=now, recent_s=recent_s)
+    return in_file("Kubernetes API", lambda: nodes_from_items(items, now=now, recent_s=recent_s))

@@ -9,6 +9,9 @@ format or null; ``pods``; ``recentPods`` with ``ageSeconds`` or ``boundAt``; opt
 ``pods`` and ``recentPods`` are disjoint: both are on the node (LowRiskOverCommitment and the
 allocation fallback count both), and only ``recentPods`` may still be missing from the
 measured load (TargetLoadPacking and LoadAware add them).
+
+Reading is strict (see ``strict``): a key a node, a metric or a pod does not have is refused
+with its path.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 from loadwatcher.client import Metric, NodeMetrics, parse_metric, tag_last_sample, tag_quality
 from loadwatcher.quantity import Quantity
 from loadwatcher.scoring.pods import Pod, parse_pod, parse_resource_list
+from loadwatcher.scoring.strict import at, check_keys, located
 
 __all__ = [
     "NodeInput",
@@ -29,6 +33,13 @@ __all__ = [
     "parse_node",
     "parse_nodes",
 ]
+
+_NODE_KEYS = frozenset(
+    {"name", "capacity", "allocatable", "metrics", "pods", "recentPods", "tags", "lastSample"}
+)
+# A metric in either wire format (``client.parse_metric``).
+_METRIC_KEYS = frozenset({"name", "type", "operator", "rollup", "value"})
+_RECENT_KEYS = frozenset({"ageSeconds", "boundAt"})
 
 
 @dataclass(frozen=True)
@@ -64,75 +75,89 @@ class NodeInput:
 
 def _number(raw: Any, where: str) -> float:
     if isinstance(raw, bool) or not isinstance(raw, int | float):
-        raise ValueError(f"{where}: expected a number, got {raw!r}")
+        raise ValueError(located(where, f"expected a number, got {raw!r}"))
     return float(raw)
 
 
 def _recent(raw: Any, where: str, now: float) -> RecentPod:
     if not isinstance(raw, Mapping):
-        raise ValueError(f"{where}: expected a mapping")
+        raise ValueError(located(where, "expected a mapping"))
     if "boundAt" in raw:
-        bound_at = _number(raw["boundAt"], f"{where}.boundAt")
+        bound_at = _number(raw["boundAt"], at(where, "boundAt"))
     else:
-        bound_at = now - _number(raw.get("ageSeconds", 0), f"{where}.ageSeconds")
-    return RecentPod(parse_pod(raw, where), bound_at)
+        bound_at = now - _number(raw.get("ageSeconds", 0), at(where, "ageSeconds"))
+    return RecentPod(parse_pod(raw, where, extra=_RECENT_KEYS), bound_at)
+
+
+def _metrics(raw: Any, where: str, default_rollup: str) -> tuple[Metric, ...] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise ValueError(located(where, "expected a list or null"))
+    items = []
+    for i, m in enumerate(raw):
+        if not isinstance(m, Mapping):
+            raise ValueError(located(at(where, i), "expected a mapping"))
+        check_keys(m, _METRIC_KEYS, at(where, i))
+        try:
+            items.append(parse_metric(m, default_rollup))
+        except ValueError as exc:
+            raise ValueError(located(at(where, i), str(exc))) from None
+    return tuple(items)
+
+
+def _list(raw: Any, where: str) -> list[Any]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ValueError(located(where, "expected a list"))
+    return raw
 
 
 def parse_node(raw: Any, where: str, *, now: float, default_rollup: str = "") -> NodeInput:
     """A :class:`NodeInput` from a case/nodes-file entry; ValueError naming the bad field."""
     if not isinstance(raw, Mapping):
-        raise ValueError(f"{where}: expected a mapping")
+        raise ValueError(located(where, "expected a mapping"))
+    check_keys(raw, _NODE_KEYS, where)
     name = raw.get("name")
     if not isinstance(name, str) or not name:
-        raise ValueError(f"{where}.name: expected a non-empty string")
-    where = f"{where}({name})"
-    capacity = parse_resource_list(raw.get("capacity"), f"{where}.capacity")
-    allocatable = parse_resource_list(raw.get("allocatable"), f"{where}.allocatable")
-    metrics: tuple[Metric, ...] | None = None
-    raw_metrics = raw.get("metrics")
-    if raw_metrics is not None:
-        if not isinstance(raw_metrics, list):
-            raise ValueError(f"{where}.metrics: expected a list or null")
-        items = []
-        for i, m in enumerate(raw_metrics):
-            if not isinstance(m, Mapping):
-                raise ValueError(f"{where}.metrics[{i}]: expected a mapping")
-            try:
-                items.append(parse_metric(m, default_rollup))
-            except ValueError as exc:
-                raise ValueError(f"{where}.metrics[{i}]: {exc}") from None
-        metrics = tuple(items)
+        raise ValueError(located(at(where, "name"), "expected a non-empty string"))
+    capacity = parse_resource_list(raw.get("capacity"), at(where, "capacity"))
+    allocatable = parse_resource_list(raw.get("allocatable"), at(where, "allocatable"))
+    metrics = _metrics(raw.get("metrics"), at(where, "metrics"), default_rollup)
     tags = raw.get("tags")
     tags = {} if tags is None else tags
     if not isinstance(tags, Mapping):
-        raise ValueError(f"{where}.tags: expected a mapping")
+        raise ValueError(located(at(where, "tags"), "expected a mapping"))
     if "lastSample" in raw:
-        tags = {**tags, "lastSample": _number(raw["lastSample"], f"{where}.lastSample")}
-    pods, recent = raw.get("pods"), raw.get("recentPods")
-    pods, recent = [] if pods is None else pods, [] if recent is None else recent
-    if not isinstance(pods, list) or not isinstance(recent, list):
-        raise ValueError(f"{where}: pods and recentPods must be lists")
+        tags = {**tags, "lastSample": _number(raw["lastSample"], at(where, "lastSample"))}
+    pods_at, recent_at = at(where, "pods"), at(where, "recentPods")
+    pods, recent = _list(raw.get("pods"), pods_at), _list(raw.get("recentPods"), recent_at)
     return NodeInput(
         name,
         {**allocatable, **capacity},
         {**capacity, **allocatable},
         metrics,
-        tuple(parse_pod(p, f"{where}.pods[{i}]") for i, p in enumerate(pods)),
-        tuple(_recent(p, f"{where}.recentPods[{i}]", now) for i, p in enumerate(recent)),
+        tuple(parse_pod(p, at(pods_at, i)) for i, p in enumerate(pods)),
+        tuple(_recent(p, at(recent_at, i), now) for i, p in enumerate(recent)),
         dict(tags),
     )
 
 
 def parse_nodes(doc: Any, *, now: float) -> list[NodeInput]:
     """A ``--nodes`` file: a list of nodes, or ``{"nodes": [...]}``."""
-    items = doc.get("nodes") if isinstance(doc, Mapping) else doc
-    if not isinstance(items, list):
-        raise ValueError('nodes file: expected a list of nodes or {"nodes": [...]}')
-    nodes = [parse_node(n, f"nodes[{i}]", now=now) for i, n in enumerate(items)]
+    if isinstance(doc, Mapping):
+        check_keys(doc, {"nodes"}, "")
+        doc, root = doc.get("nodes"), "nodes"
+    else:
+        root = ""
+    if not isinstance(doc, list):
+        raise ValueError('expected a list of nodes or {"nodes": [...]}')
+    nodes = [parse_node(n, at(root, i), now=now) for i, n in enumerate(doc)]
     seen: set[str] = set()
     for n in nodes:
         if n.name in seen:
-            raise ValueError(f"nodes file: node {n.name!r} is listed twice")
+            raise ValueError(f"node {n.name!r} is listed twice")
         seen.add(n.name)
     return nodes
 

@@ -5,6 +5,10 @@ A pod is given as a PodSpec subset (``containers[].resources.requests/limits``,
 or a workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob) whose pod
 template is used. CPU is counted in millicores (``MilliValue``), memory in bytes (``Value``).
 
+Reading is strict (see ``strict``): in a PodSpec subset every key must be one scoring reads;
+in a manifest the other Kubernetes fields are allowed, the ones scoring reads are checked
+(a container's ``resources``), and the pod spec must list its ``containers``.
+
 Two ways of summing, because upstream uses both:
 
 - Trimaran (``GetEffectiveResource``): per container ``MilliValue()``/``Value()`` summed,
@@ -22,8 +26,9 @@ from functools import cached_property
 from typing import Any
 
 from loadwatcher.quantity import Quantity, parse_quantity
+from loadwatcher.scoring.strict import at, check_keys, located
 
-__all__ = ["Container", "Pod", "Resources", "parse_pod", "parse_resource_list"]
+__all__ = ["SUBSET_KEYS", "Container", "Pod", "Resources", "parse_pod", "parse_resource_list"]
 
 ResourceList = Mapping[str, Quantity]
 _WORKLOADS = {
@@ -34,6 +39,15 @@ _WORKLOADS = {
     "Job",
     "ReplicationController",
 }
+# The keys of a PodSpec subset and of one of its containers: all of them are read.
+SUBSET_KEYS = frozenset(
+    {"name", "containers", "initContainers", "overhead", "priority", "ownerKind"}
+)
+_SUBSET_CONTAINER_KEYS = frozenset({"name", "resources"})
+_RESOURCES_KEYS = frozenset({"limits", "requests"})
+# Kubernetes ResourceRequirements: ``claims`` (dynamic resource allocation) is valid in a
+# manifest and holds no cpu or memory.
+_MANIFEST_RESOURCES_KEYS = _RESOURCES_KEYS | {"claims"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +63,13 @@ def parse_resource_list(raw: Any, where: str) -> dict[str, Quantity]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
-        raise ValueError(f"{where}: expected a mapping of resource name to quantity")
+        raise ValueError(located(where, "expected a mapping of resource name to quantity"))
     out: dict[str, Quantity] = {}
     for name, value in raw.items():
         try:
             out[str(name)] = parse_quantity(value)
         except ValueError as exc:
-            raise ValueError(f"{where}.{name}: {exc}") from None
+            raise ValueError(located(at(where, str(name)), str(exc))) from None
     return out
 
 
@@ -67,16 +81,21 @@ class Container:
     limits: ResourceList = field(default_factory=dict)
 
 
-def _container(raw: Any, where: str) -> Container:
+def _container(raw: Any, where: str, manifest: bool) -> Container:
     if not isinstance(raw, Mapping):
-        raise ValueError(f"{where}: expected a mapping")
+        raise ValueError(located(where, "expected a mapping"))
+    if not manifest:
+        check_keys(raw, _SUBSET_CONTAINER_KEYS, where)
     res = raw.get("resources")
     res = {} if res is None else res
     if not isinstance(res, Mapping):
-        raise ValueError(f"{where}.resources: expected a mapping")
+        raise ValueError(located(at(where, "resources"), "expected a mapping"))
+    check_keys(
+        res, _MANIFEST_RESOURCES_KEYS if manifest else _RESOURCES_KEYS, at(where, "resources")
+    )
     return Container(
-        parse_resource_list(res.get("requests"), f"{where}.resources.requests"),
-        parse_resource_list(res.get("limits"), f"{where}.resources.limits"),
+        parse_resource_list(res.get("requests"), at(where, "resources.requests")),
+        parse_resource_list(res.get("limits"), at(where, "resources.limits")),
     )
 
 
@@ -145,58 +164,74 @@ class Pod:
         return out
 
 
-def _spec_of(doc: Mapping[str, Any]) -> tuple[Mapping[str, Any], str, str | None]:
-    """The pod spec inside a manifest, the pod's name, and its owner kind."""
+def _is_manifest(doc: Mapping[str, Any]) -> bool:
+    """A Kubernetes object (its other fields allowed), not a PodSpec subset."""
+    return any(k in doc for k in ("apiVersion", "kind", "spec"))
+
+
+def _spec_of(doc: Mapping[str, Any], where: str) -> tuple[Mapping[str, Any], str, str, str | None]:
+    """The pod spec inside a manifest, its path, the pod's name, and its owner kind."""
     kind = doc.get("kind")
     meta = doc.get("metadata") if isinstance(doc.get("metadata"), Mapping) else {}
     name = str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
-    if "spec" not in doc:
-        return doc, name, None
-    spec = doc["spec"]
+    spec, spec_at = doc.get("spec"), at(where, "spec")
     if not isinstance(spec, Mapping):
-        raise ValueError("pod: spec must be a mapping")
+        raise ValueError(located(spec_at, "expected the pod spec (a mapping)"))
     if kind == "CronJob":
         job = spec.get("jobTemplate")
         spec = job.get("spec") if isinstance(job, Mapping) else None
         if not isinstance(spec, Mapping):
-            raise ValueError("pod: CronJob has no spec.jobTemplate.spec")
-        kind = "Job"
+            raise ValueError(located(where, "CronJob has no spec.jobTemplate.spec"))
+        kind, spec_at = "Job", at(spec_at, "jobTemplate.spec")
     if kind in _WORKLOADS:
         template = spec.get("template")
         if not isinstance(template, Mapping) or not isinstance(template.get("spec"), Mapping):
-            raise ValueError(f"pod: {kind} has no spec.template.spec")
-        return template["spec"], name, kind
+            raise ValueError(located(where, f"{kind} has no spec.template.spec"))
+        return template["spec"], at(spec_at, "template.spec"), name, kind
     if kind not in (None, "Pod"):
-        raise ValueError(f"pod: unsupported manifest kind {kind!r}")
+        raise ValueError(located(where, f"unsupported manifest kind {kind!r}"))
     owners = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
     owner = next((o.get("kind") for o in owners or () if isinstance(o, Mapping)), None)
-    return spec, name, owner if isinstance(owner, str) else None
+    return spec, spec_at, name, owner if isinstance(owner, str) else None
 
 
-def parse_pod(raw: Any, where: str = "pod") -> Pod:
-    """A :class:`Pod` from a PodSpec subset or a manifest; ValueError naming the bad field."""
+def parse_pod(raw: Any, where: str = "", extra: frozenset[str] = frozenset()) -> Pod:
+    """A :class:`Pod` from a PodSpec subset or a manifest; ValueError naming the bad field.
+
+    ``extra`` names the keys a subset may carry besides its own (a recent pod's
+    ``ageSeconds``); the caller reads them.
+    """
     if not isinstance(raw, Mapping):
-        raise ValueError(f"{where}: expected a mapping (a PodSpec subset or a pod manifest)")
-    spec, name, owner = _spec_of(raw)
+        raise ValueError(located(where, "expected a mapping (a PodSpec subset or a pod manifest)"))
+    manifest = _is_manifest(raw)
+    if manifest:
+        spec, spec_at, name, owner = _spec_of(raw, where)
+        if "containers" not in spec:  # required by Kubernetes: a typo must not read as none
+            raise ValueError(located(at(spec_at, "containers"), "missing"))
+    else:
+        check_keys(raw, SUBSET_KEYS | extra, where)
+        spec, spec_at, name, owner = raw, where, "", None
     name = str(raw.get("name", name))
     lists = []
     for key in ("containers", "initContainers"):
         items = spec.get(key)
         items = [] if items is None else items
         if not isinstance(items, list):
-            raise ValueError(f"{where}.{key}: expected a list")
-        lists.append(tuple(_container(c, f"{where}.{key}[{i}]") for i, c in enumerate(items)))
+            raise ValueError(located(at(spec_at, key), "expected a list"))
+        lists.append(
+            tuple(_container(c, at(at(spec_at, key), i), manifest) for i, c in enumerate(items))
+        )
     priority = spec.get("priority", raw.get("priority"))
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
-        raise ValueError(f"{where}.priority: expected an integer, got {priority!r}")
+        raise ValueError(located(at(spec_at, "priority"), f"expected an integer, got {priority!r}"))
     owner_kind = raw.get("ownerKind", owner)
     if owner_kind is not None and not isinstance(owner_kind, str):
-        raise ValueError(f"{where}.ownerKind: expected a string")
+        raise ValueError(located(at(where, "ownerKind"), "expected a string"))
     return Pod(
         name,
         lists[0],
         lists[1],
-        parse_resource_list(spec.get("overhead"), f"{where}.overhead"),
+        parse_resource_list(spec.get("overhead"), at(spec_at, "overhead")),
         priority,
         owner_kind,
     )

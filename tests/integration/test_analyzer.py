@@ -71,6 +71,9 @@ async def test_node_that_stops_goes_stale_and_recovers(prometheus_factory, caplo
         assert tags["10.0.0.2"] == {"quality": "ok", "lastSample": t - 15}
         verdict = engine.health(now)
         assert not verdict.healthy and verdict.body["snapshot"]["staleNodes"] == ["10.0.0.1"]
+        # One node of two is past the default share of bad nodes: the service is unhealthy.
+        assert verdict.body["status"] == "unhealthy"
+        assert verdict.body["badNodes"] == {"count": 1, "of": 2, "share": 0.5, "maxShare": 0.1}
         assert "node 10.0.0.1 is stale" in caplog.text
 
         time.sleep(1.1)
@@ -81,8 +84,52 @@ async def test_node_that_stops_goes_stale_and_recovers(prometheus_factory, caplo
         await engine.cycle(later)
         assert engine.current.snapshot.tags["10.0.0.1"]["quality"] == "ok"
         assert engine.health(later).healthy, engine.health(later).body
+        assert engine.health(later).body["status"] == "ok"
         assert "node 10.0.0.1 recovered (was stale)" in caplog.text
         assert caplog.text.count("node 10.0.0.1 is stale") == 1  # logged once, not per poll
+    finally:
+        await engine.close()
+
+
+@pytest.mark.backend
+async def test_a_few_stale_nodes_of_a_fleet_degrade_then_past_the_share_fail(
+    prometheus_factory, aiohttp_client
+) -> None:
+    """Of 20 nodes, one stale is 200 ``degraded``; three (15 % > 10 %) are 503."""
+    prom = prometheus_factory(extra_args=REMOTE_WRITE)
+    now = time.time()
+    t = math.floor(now)
+    fleet = [f"10.0.1.{i}" for i in range(20)]
+    series = node_series(fleet[0], steady(t - 900, t - 400))  # stale from the start
+    for ip in fleet[1:3]:  # fresh now, stale once 30 s have passed since t - 20
+        series += node_series(ip, [*steady(t - 900, t - 40), (t - 20, 0.5)])
+    for ip in fleet[3:]:
+        series += node_series(ip, steady(t - 900, t - 1))
+    push(prom, series)
+    engine = prometheus_engine(prom.url, LOADWATCHER_ANALYSIS_STALE_AFTER_S="30")
+    client: TestClient = await aiohttp_client(api.make_app(engine))
+    try:
+        await engine.cycle(now)
+        resp = await client.get("/watcher/health")
+        body = await resp.json()
+        assert resp.status == 200, body
+        assert body["status"] == "degraded" and body["serviceReasons"] == []
+        assert body["nodeReasons"] == [f"1 node stale: {fleet[0]}"]
+        assert body["badNodes"] == {"count": 1, "of": 20, "share": 0.05, "maxShare": 0.1}
+        metrics = await (await client.get("/metrics")).text()
+        assert metric_value(metrics, 'loadwatcher_health_status{status="degraded"}') == 1.0
+        assert metric_value(metrics, 'loadwatcher_health_status{status="unhealthy"}') == 0.0
+
+        await engine.cycle(now + 12)  # two more nodes' newest samples pass 30 s
+        resp = await client.get("/watcher/health")
+        body = await resp.json()
+        assert resp.status == 503, body
+        assert body["status"] == "unhealthy"
+        assert body["serviceReasons"] == ["3 of 20 nodes stale, frozen or missing (15%, limit 10%)"]
+        assert body["nodeReasons"] == [f"3 nodes stale: {', '.join(sorted(fleet[:3]))}"]
+        metrics = await (await client.get("/metrics")).text()
+        assert metric_value(metrics, 'loadwatcher_health_status{status="unhealthy"}') == 1.0
+        assert (await client.get("/readyz")).status == 200  # ready: a snapshot exists
     finally:
         await engine.close()
 

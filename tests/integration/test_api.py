@@ -129,6 +129,25 @@ async def test_errors_are_json(served, path, params, status, code) -> None:
     assert body["error"] == code and isinstance(body["message"], str)
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        "window=5m&window=../../x",
+        "window=5m&window=5m",
+        "format=kep&format=default",
+        "host=a&host=b",
+    ],
+)
+@pytest.mark.parametrize("path", ["/watcher", "/watcher/node-x"])
+async def test_a_repeated_parameter_is_refused_not_half_read(served, path, query) -> None:
+    client, _, _ = served
+    resp = await client.get(f"{path}?{query}")
+    assert resp.status == 400 and resp.content_type == "application/json"
+    body = await resp.json()
+    assert body["error"] == "bad_parameter"
+    assert "more than once" in body["message"] and "../" not in body["message"]
+
+
 async def test_wrong_method_is_json_405(served) -> None:
     client, _, _ = served
     resp = await client.post("/watcher", data=b"x")

@@ -224,7 +224,10 @@ async def test_stale_nodes_get_a_stale_badge_and_health_agrees(fleet) -> None:
     assert stale_on_page == {f"10.9.0.{j}" for j in range(1, STALE_NODES + 1)}
     health = await (await client.get("/watcher/health")).json()
     assert set(health["snapshot"]["staleNodes"]) == stale_on_page
-    assert "unhealthy" in (await (await client.get("/")).text())
+    # 20 stale nodes of 501 are within health.max_bad_node_share: degraded, shown apart.
+    assert health["status"] == "degraded"
+    badge = '<div class="status warn" id="health">degraded</div>'
+    assert badge in (await (await client.get("/")).text())
 
 
 @pytest.mark.backend
@@ -249,8 +252,28 @@ async def test_sort_and_filter(fleet) -> None:
     assert {r.quality for r in page.rows[:STALE_NODES]} == {"stale"}
     page = Page(await (await client.get("/", params={"q": "10.9.0."})).text())
     assert len(page.rows) == STALE_NODES
-    page = Page(await (await client.get("/", params={"sort": "bogus", "q": "x" * 999})).text())
-    assert page.rows == []  # unknown sort falls back to name; an absurd filter matches nothing
+    page = Page(await (await client.get("/", params={"sort": "name", "q": "x" * 999})).text())
+    assert page.rows == []  # an absurd filter matches nothing
+
+
+@pytest.mark.parametrize(
+    ("query", "code"),
+    [
+        ("bogus=1", "bad_parameter"),
+        ("sort=bogus", "bad_sort"),
+        ("sort=cpu&sort=name", "bad_parameter"),
+        ("q=a&q=../../x", "bad_parameter"),
+    ],
+)
+async def test_page_parameters_are_checked_as_the_api_does(aiohttp_client, query, code) -> None:
+    engine = app.build_engine(settings({}))
+    client = await aiohttp_client(api.make_app(engine))
+    resp = await client.get(f"/?{query}")
+    assert resp.status == 400 and resp.content_type == "application/json"
+    body = await resp.json()
+    assert body["error"] == code and isinstance(body["message"], str)
+    assert "../" not in body["message"]
+    await engine.close()
 
 
 # --------------------------------------------------------------------------- in Chromium

@@ -682,6 +682,70 @@ def test_recording_rules_compute_node_utilisation(rendered, tmp_path: Path) -> N
     assert "SUCCESS" in result.stdout + result.stderr
 
 
+def _health(pod: str, status: str, values: str) -> dict[str, str]:
+    series = f'loadwatcher_health_status{{namespace="lw",pod="{pod}",status="{status}"}}'
+    return {"series": series, "values": values}
+
+
+def _alerts(rule: dict[str, Any], name: str, *pods: str) -> list[dict[str, Any]]:
+    """The alerts ``name`` raises for ``pods``, annotations expanded as Prometheus does."""
+    (spec,) = (r for g in rule["spec"]["groups"] for r in g["rules"] if r.get("alert") == name)
+    return [
+        {
+            "exp_labels": {**spec["labels"], "namespace": "lw", "pod": pod},
+            "exp_annotations": {
+                k: v.replace("{{ $labels.pod }}", pod) for k, v in spec["annotations"].items()
+            },
+        }
+        for pod in pods
+    ]
+
+
+def test_health_alerts_follow_the_health_state(rendered, tmp_path: Path) -> None:
+    """Pod a is degraded, b unhealthy, c ok: a warning for a after 15 minutes, a critical
+    alert for b after 5, nothing for c."""
+    rule_files(rendered, tmp_path)
+    (rule,) = (
+        r
+        for r in find(rendered["overlays/prometheus"], "PrometheusRule")
+        if r["metadata"]["name"] == "loadwatcher-alerts"
+    )
+    states = {"a": "degraded", "b": "unhealthy", "c": "ok"}
+    series = [
+        _health(pod, status, "1x40" if status == state else "0x40")
+        for pod, state in states.items()
+        for status in ("ok", "degraded", "unhealthy")
+    ]
+    test = {
+        "rule_files": ["loadwatcher-alerts.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {"eval_time": "4m", "alertname": "LoadwatcherUnhealthy", "exp_alerts": []},
+                    {
+                        "eval_time": "6m",
+                        "alertname": "LoadwatcherUnhealthy",
+                        "exp_alerts": _alerts(rule, "LoadwatcherUnhealthy", "b"),
+                    },
+                    {"eval_time": "14m", "alertname": "LoadwatcherDegraded", "exp_alerts": []},
+                    {
+                        "eval_time": "16m",
+                        "alertname": "LoadwatcherDegraded",
+                        "exp_alerts": _alerts(rule, "LoadwatcherDegraded", "a"),
+                    },
+                ],
+            }
+        ],
+    }
+    (tmp_path / "alerts_test.yaml").write_text(yaml.safe_dump(test))
+    result = promtool("test", "rules", "alerts_test.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout + result.stderr
+
+
 # --------------------------------------------------------------------------- dashboard
 
 
@@ -788,6 +852,7 @@ async def test_dashboard_and_alerts_use_metrics_that_exist(aiohttp_client, rende
         "loadwatcher_snapshot_age_seconds",
         "loadwatcher_journal_write_duration_seconds_bucket",
         "loadwatcher_http_request_duration_seconds_bucket",
+        "loadwatcher_health_status",
     ):
         assert name in used, name
 

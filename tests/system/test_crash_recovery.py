@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+import struct
 import time
 import urllib.error
 import urllib.request
 
 import pytest
 from backends import openmetrics_text
-from faults import Service
+from faults import Pusher, Service, instances
+from faults import history as remote_history
+from remote_write import push
 from synth import node_history, node_names
 
 pytestmark = pytest.mark.backend
@@ -66,4 +69,58 @@ def test_kill_9_then_restart_with_provider_down(prometheus_factory, tmp_path) ->
             assert code == 0, service.log_tail()
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert "Traceback" not in service.log_text()
+
+
+def _served_values(doc: object) -> list[float]:
+    """Every ``value`` in a /watcher document."""
+    if isinstance(doc, dict):
+        own = [float(doc["value"])] if isinstance(doc.get("value"), int | float) else []
+        return own + [v for x in doc.values() for v in _served_values(x)]
+    if isinstance(doc, list):
+        return [v for x in doc for v in _served_values(x)]
+    return []
+
+
+def test_a_damaged_sample_row_is_not_served_after_a_restart(prometheus_factory, tmp_path) -> None:
+    """Bytes changed inside a sample row (the file still passes its quick_check): the row's
+    samples are not served -- no 400 % CPU -- the count is in health, the other rows are."""
+    prom = prometheus_factory(extra_args=["--web.enable-remote-write-receiver"])
+    push(prom, remote_history(5, time.time() - 1))
+    nodes = {inst.rsplit(":", 1)[0] for inst in instances(5)}
+    db = tmp_path / "lw.db"
+    service = Service.prometheus(prom.url, db, tmp_path / "service.log", poll_interval_s=0.3)
+    try:
+        with Pusher(prom, 5):  # fresh samples: a row per cycle after the history's
+            service.start()
+            wait_for_nodes(service.port, nodes, 20)
+            time.sleep(1.5)
+            service.kill()  # the restart then rebuilds its windows from the samples
+        prom.stop()
+        with sqlite3.connect(db) as conn:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # every row in the main file
+            rows = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+            (blob,) = conn.execute("SELECT val FROM chunks ORDER BY n DESC LIMIT 1").fetchone()
+        assert rows >= 2
+        data = bytearray(db.read_bytes())
+        at = data.find(bytes(blob))
+        assert at >= 0
+        while at >= 0:  # free pages may hold stale copies of the row
+            data[at : at + len(blob)] = struct.pack("<d", 400.0) * (len(blob) // 8)
+            at = data.find(bytes(blob), at + 1)
+        db.write_bytes(bytes(data))
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+
+        service.start()
+        wait_for_nodes(service.port, nodes, RESTART_LIMIT_S)
+        with _OPENER.open(f"{service.url}/watcher", timeout=2) as resp:
+            served = _served_values(json.load(resp))
+        assert served and max(served) <= 101.0, max(served)
+        _, body = service.health()
+        assert body["journal"]["error"] == "journal: 1 damaged row dropped", body
+    finally:
+        if service.running():
+            code, _ = service.terminate(15)
+            assert code == 0, service.log_tail()
     assert "Traceback" not in service.log_text()

@@ -17,6 +17,7 @@ from service import settings
 from tls import make_pki
 
 from loadwatcher import app
+from loadwatcher.errors import ConfigError
 from loadwatcher.http import api
 from loadwatcher.http.security import TlsReloader, TokenFile
 
@@ -66,6 +67,58 @@ def test_unreadable_rotation_keeps_the_old_tokens(tmp_path) -> None:
     assert tokens.accepts("Bearer keep-me")
     path.unlink()
     assert tokens.accepts("Bearer keep-me")  # a missing file never opens the API
+
+
+@pytest.mark.parametrize("scheme", ["bearer", "BEARER", "BeArEr"])
+async def test_the_bearer_scheme_is_case_insensitive(protected, scheme) -> None:
+    client, _ = protected
+    ok = await client.get("/watcher", headers={"Authorization": f"{scheme} alpha-token"})
+    assert ok.status == 200
+    wrong = await client.get("/watcher", headers={"Authorization": f"{scheme} nope"})
+    assert wrong.status == 401
+
+
+def test_a_token_file_emptied_by_a_rotation_keeps_the_old_tokens(tmp_path, caplog) -> None:
+    path = tmp_path / "tokens"
+    path.write_text("keep-me\n")
+    tokens = TokenFile(str(path))
+    assert tokens.accepts("Bearer keep-me")
+    path.write_text("# being rotated\n")
+    os.utime(path, (time.time() + 5, time.time() + 5))
+    assert tokens.accepts("Bearer keep-me")  # an empty file never locks everyone out
+    assert "holds no token now" in caplog.text
+    path.write_text("next-token\n")
+    os.utime(path, (time.time() + 9, time.time() + 9))
+    assert tokens.accepts("Bearer next-token") and not tokens.accepts("Bearer keep-me")
+
+
+def test_an_empty_token_file_at_start_is_refused(tmp_path) -> None:
+    path = tmp_path / "tokens"
+    path.write_text("# nothing yet\n\n")
+    with pytest.raises(ConfigError) as refused:
+        TokenFile(str(path)).require("server.auth_token_file")
+    assert str(refused.value) == (
+        f"server.auth_token_file: {path} holds no token: every request would be refused"
+    )
+
+
+def test_the_service_will_not_start_with_an_empty_token_file(tmp_path) -> None:
+    path = tmp_path / "tokens"
+    path.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOADWATCHER_", "METRICS_"))}
+    env["LOADWATCHER_SERVER_AUTH_TOKEN_FILE"] = str(path)
+    done = subprocess.run(
+        serve_argv(free_port(), tmp_path / "lw.db", 1),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "loadwatcher: bad configuration: server.auth_token_file: "
+        f"{path} holds no token: every request would be refused"
+    ]
 
 
 def test_certificate_is_reloaded_when_it_changes(tmp_path) -> None:

@@ -211,7 +211,7 @@ def test_a_huge_value_is_cut_short() -> None:
         (
             "qqqqqq: 1",
             "qqqqqq: unknown section; expected one of server, journal, poll, provider, "
-            "prometheus, log, analysis, corroborate, influxdb, kube",
+            "prometheus, log, analysis, health, corroborate, influxdb, kube",
         ),
     ],
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sqlite3
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from loadwatcher import allocator, app, config
 from loadwatcher.engine import Engine, EngineOptions
 from loadwatcher.errors import JournalError
 from loadwatcher.journal.sqlite import Journal
-from loadwatcher.model import FetchResult, Resource, Series
+from loadwatcher.model import Columns, FetchResult, Resource, Series
 from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
 
@@ -414,10 +415,10 @@ async def test_after_a_clean_stop_the_snapshot_is_served_before_the_samples_load
     load_samples = second.journal.load_samples
     seen: list[dict[str, Any] | None] = []
 
-    async def watched(since: float) -> Any:
+    async def watched(since: float, until: float) -> Any:
         current = second.current
         seen.append(formats.document(current.snapshot, "15m", Format.DEFAULT) if current else None)
-        return await load_samples(since)
+        return await load_samples(since, until)
 
     monkeypatch.setattr(second.journal, "load_samples", watched)
     await second.recover()
@@ -435,7 +436,7 @@ async def test_a_journal_of_another_schema_version_is_moved_aside_with_one_log_l
     db = tmp_path / "lw.db"
     with contextlib.closing(sqlite3.connect(db)) as conn, conn:
         conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        conn.execute("INSERT INTO meta VALUES ('schema', '3')")
+        conn.execute("INSERT INTO meta VALUES ('schema', '99')")
     caplog.set_level(logging.INFO, logger="loadwatcher.engine")
     first = engine(db, ["a"], clock=lambda: T0)
     await first.recover()
@@ -443,7 +444,7 @@ async def test_a_journal_of_another_schema_version_is_moved_aside_with_one_log_l
     assert moved is not None and Path(moved).exists()
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [
-        f"journal {db} unusable (unknown journal schema version 3): moved aside to {moved} "
+        f"journal {db} unusable (unknown journal schema version 99): moved aside to {moved} "
         "and started a new one"
     ]
     assert first.health(T0).body["journal"]["quarantined"] == moved
@@ -457,4 +458,110 @@ async def test_a_journal_of_another_schema_version_is_moved_aside_with_one_log_l
     await second.recover()
     assert second.journal_status.quarantined is None and second.current is not None
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    await second.close()
+
+
+# ------------------------------------------------------------- one writer, checked rows
+
+
+async def test_a_second_engine_on_a_held_journal_serves_without_it_until_it_is_released(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rolling update: the new instance starts while the old one holds the journal. It
+    says so once, serves from memory (health names the holder), and takes the journal at
+    its first write after the old one stops, keeping both runs' series apart."""
+    db = tmp_path / "lw.db"
+    old, _ = await after_one_cycle(db, ["a", "b"])
+    caplog.set_level(logging.INFO, logger="loadwatcher.engine")
+    new = engine(db, ["b", "c"], clock=lambda: T0 + 15)
+    await new.recover()
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [
+        f"journal {db} is in use by another process (PID {os.getpid()}, lock {db}.lock); "
+        "running without persistence until it stops"
+    ]
+    await new.cycle(T0 + 15)
+    assert new.current is not None  # serving, from memory
+    verdict = new.health(T0 + 15)
+    assert not verdict.body["journal"]["ok"]
+    assert any(f"PID {os.getpid()}" in r for r in verdict.body["reasons"]), verdict.body
+    assert times(db) == {T0}  # nothing of the new one mixed into the old one's file
+
+    await old.close()  # the old instance stops: the lock goes with it
+    await new.cycle(T0 + 30)
+    assert new.journal_status.ok and new.journal_status.error is None
+    await new.close()
+    got = in_file(db)
+    assert set(got[("a", "cpu")]) == {T0}
+    assert set(got[("b", "cpu")]) == {T0, T0 + 15, T0 + 30}
+    assert got[("b", "cpu")][T0 + 15] == value("b", T0 + 15)
+    assert set(got[("c", "cpu")]) == {T0 + 15, T0 + 30}
+
+
+def _flip_in_file(db: Path, blob: bytes) -> None:
+    """Overwrite the first value of ``blob`` with 400.0 wherever it lies in the file (free
+    pages may hold stale copies): SQLite's own structure is untouched, so the file still
+    passes its quick_check."""
+    data = bytearray(db.read_bytes())
+    at = data.find(blob)
+    assert at >= 0
+    while at >= 0:
+        data[at : at + 8] = np.array([400.0], "<f8").tobytes()
+        at = data.find(blob, at + 1)
+    db.write_bytes(bytes(data))
+
+
+async def test_a_damaged_row_is_dropped_counted_in_health_and_the_rest_served(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "lw.db"
+    first = engine(db, ["a", "b"])
+    await first.recover()
+    for k in range(3):
+        await first.cycle(T0 + 15 * k)
+    await first.close()  # folds the WAL: every row is in the main file
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        (blob,) = conn.execute("SELECT val FROM chunks ORDER BY id LIMIT 1 OFFSET 1").fetchone()
+    _flip_in_file(db, bytes(blob))
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+
+    second = engine(db, ["a", "b"], clock=lambda: T0 + 31)
+    await second.recover()
+    cols = second.store.columns
+    assert sorted(set(cols.ts.tolist())) == [T0, T0 + 30]  # the middle cycle's row is gone
+    assert float(cols.val.max()) <= 100.0
+    verdict = second.health(T0 + 31)
+    assert verdict.body["journal"]["ok"]
+    assert verdict.body["journal"]["error"] == "journal: 1 damaged row dropped"
+    await second.cycle(T0 + 45)  # a good write keeps the note: the row is still gone
+    assert second.health(T0 + 45).body["journal"]["error"] == "journal: 1 damaged row dropped"
+    await second.close()
+
+
+async def test_impossible_values_under_a_valid_checksum_are_filtered_at_start(
+    tmp_path: Path,
+) -> None:
+    """A row a faulty process wrote: its checksum matches, its values do not pass the checks
+    a fresh sample passes (finite, 0..100 plus the tolerance, not in the future)."""
+    db = tmp_path / "lw.db"
+    first, journal = await after_one_cycle(db, ["a"])
+    bad = Columns(
+        np.array([0, 0, 0, 1, 1]),
+        np.array([T0 + 1, T0 + 2, T0 + 3, T0 + 4, T0 + 10_000]),
+        np.array([400.0, np.nan, -1.0, 101.0, 50.0]),
+    )
+    await journal.write_cycle(first.store.keys, bad, 0, b"", T0)
+    await first.close()
+
+    second = engine(db, ["a"], clock=lambda: T0 + 16)
+    await second.recover()
+    cols = second.store.columns
+    assert sorted(zip(cols.sid.tolist(), cols.ts.tolist(), strict=True)) == [
+        (0, T0),
+        (1, T0),
+        (1, T0 + 4),  # 101 % is within the store's tolerance for rounding
+    ]
+    error = second.health(T0 + 16).body["journal"]["error"]
+    assert error == "journal: 4 implausible samples dropped"
     await second.close()

@@ -61,6 +61,10 @@ async def test_first_poll_in_flight_then_failed(silent_backend: str) -> None:
         during = engine.health()
         assert not during.healthy
         (reason,) = during.body["reasons"]
+        assert during.body["status"] == "unhealthy" and during.body["serviceReasons"] == [reason]
+        exposition = engine.metrics.exposition().decode()
+        assert 'loadwatcher_health_status{status="unhealthy"} 1.0' in exposition
+        assert 'loadwatcher_health_status{status="ok"} 0.0' in exposition
         assert re.fullmatch(r"first poll in progress \(started \d+ s ago\)", reason)
         assert "None" not in str(during.body["reasons"])
 
@@ -80,6 +84,7 @@ def test_a_poll_after_a_success_is_not_a_first_poll() -> None:
     journal = health.JournalStatus(None)
     verdict = health.evaluate(101.0, status, journal, 90.0, 3, (), 60.0)
     assert verdict.healthy, verdict.body["reasons"]
+    assert verdict.body["status"] == "ok"
 
 
 def test_a_restored_snapshot_during_the_first_poll_says_the_poll_runs() -> None:

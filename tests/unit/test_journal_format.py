@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from faults import journal_rows
 
-from loadwatcher.errors import JournalError
+from loadwatcher.journal import codec
+from loadwatcher.journal.schema import SCHEMA_VERSION
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import Columns, Resource, Series
 from loadwatcher.pipeline import snapshot
@@ -154,18 +155,26 @@ async def test_a_sample_written_twice_reads_back_once_with_the_last_value(tmp_pa
     assert got.val.tolist() == [7.0, 1.0, 8.0]
 
 
-async def test_a_torn_chunk_is_a_journal_error_not_a_crash(tmp_path: Path) -> None:
+async def test_a_torn_chunk_is_dropped_and_counted_not_a_crash(tmp_path: Path) -> None:
+    """Columns of different lengths under a checksum that matches them (as a buggy writer
+    would leave): the row is left out, the others are read."""
     db = tmp_path / "lw.db"
-    await write(db, (cols([0, 1], [10, 10], [1, 2]), 0))
+    await write(db, (cols([0, 1], [10, 10], [1, 2]), 0), (cols([0], [20], [3]), 0))
+    torn = np.zeros(1, "<f8").tobytes()
     with sqlite3.connect(db) as conn:
-        conn.execute("UPDATE chunks SET ts = zeroblob(8)")
+        sid_b, val_b = conn.execute("SELECT sid, val FROM chunks WHERE id = 1").fetchone()
+        conn.execute(
+            "UPDATE chunks SET ts = ?, crc = ? WHERE id = 1",
+            (torn, codec.checksum(sid_b, torn, val_b)),
+        )
     journal = Journal(str(db))
     await journal.open()
     try:
-        with pytest.raises(JournalError, match="different lengths"):
-            await journal.load_samples(0)
+        got = await journal.load_samples(0)
     finally:
         await journal.close()
+    assert got.refused == codec.Refused(damaged_rows=1)
+    assert (got.samples.sid.tolist(), got.samples.ts.tolist()) == ([0], [20.0])
 
 
 async def test_series_of_a_resource_this_version_does_not_know_are_left_out(
@@ -178,12 +187,8 @@ async def test_series_of_a_resource_this_version_does_not_know_are_left_out(
     with sqlite3.connect(db) as conn:
         conn.execute("INSERT INTO series (id, node, resource) VALUES (7, 'g', 'gpu')")
         conn.execute(
-            "INSERT INTO chunks (ts_min, ts_max, n, sid, ts, val) VALUES (10, 20, 2, ?, ?, ?)",
-            (
-                np.array([7, 0], "<i8").tobytes(),
-                np.array([20, 20], "<f8").tobytes(),
-                np.array([50, 3], "<f8").tobytes(),
-            ),
+            codec.INSERT,
+            codec.encode(np.array([7, 0]), np.array([20.0, 20.0]), np.array([50.0, 3.0])),
         )
     samples = await load(db, 0)
     assert (samples.sid.tolist(), samples.ts.tolist(), samples.val.tolist()) == (
@@ -211,12 +216,14 @@ async def assert_moved_aside_and_replaced(db: Path, reason: str) -> None:
     finally:
         await journal.close()
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0] == "2"
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0] == str(
+            SCHEMA_VERSION
+        )
     assert (await load(db, 0)).ts.tolist() == [10.0]
     assert len(quarantined_files(db)) == 1  # the new file opens as it is
 
 
-@pytest.mark.parametrize("version", ["1", "3"])
+@pytest.mark.parametrize("version", ["1", "2", "4"])
 async def test_a_file_of_another_schema_version_is_moved_aside(
     tmp_path: Path, version: str
 ) -> None:

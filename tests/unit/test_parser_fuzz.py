@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from gofloat import go_f as go_format
+from gofloat import prom_format
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -165,13 +167,9 @@ def test_any_document_reads_the_same_both_ways_and_rollups_stay_in_range(
 # --------------------------------------------------------------------------- Prometheus text
 
 
-def go_format(x: float) -> str:
-    """Go's ``strconv.FormatFloat(x, 'f', -1, 64)``, as Prometheus writes sample values."""
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "+Inf" if x > 0 else "-Inf"
-    return np.format_float_positional(x, unique=True, trim="-")
+def finite_repr(x: float) -> str:
+    """Python's ``repr`` (JSON numbers with exponents), Prometheus's words where not finite."""
+    return repr(x) if math.isfinite(x) else go_format(x)
 
 
 def prom_time(ms: int) -> str:
@@ -183,6 +181,7 @@ def prom_time(ms: int) -> str:
 floats = st.floats(allow_nan=True, allow_infinity=True)
 numbers = st.one_of(
     floats.map(go_format),
+    floats.map(prom_format),
     st.floats(0, 1).map(go_format),
     st.floats(0, 100).map(go_format),
     st.floats(0, 100).map(repr),
@@ -193,9 +192,13 @@ odd_values = st.sampled_from(
         *["NaN", "+Inf", "-Inf", "-0", "007", "1e5", "1E-3", "", "abc", " 1", "1_0", ".5"],
         *["5.", "-", ".", "1.2.3", "--1", "1-2", "0x1", "+1", "١", "\\u0031", "1\\n", "\t1"],
         "]",
+        *["0.1_0", "1__0", "_1", "1e", "1e+", "0x10", "0b1", "1j", "Infinity", "nan", "inf"],
+        *["-nan", "+NaN", "Inf", "1.5E+3", "-01", "00", "1 ", "\u00a01", "1e5_0", "+.5e1"],
     ]
 )
-value_texts = st.one_of(numbers, numbers, numbers, odd_values)
+# Texts that Python's float reads but Prometheus never writes, among others.
+float_like = st.text(alphabet="0123456789_.eE+-xnaifINF ", max_size=8)
+value_texts = st.one_of(numbers, numbers, numbers, odd_values, float_like)
 times = st.integers(0, 4 * 10**12).map(prom_time)
 odd_times = st.one_of(
     st.integers(-(10**12), 4 * 10**12).map(prom_time),
@@ -298,11 +301,11 @@ def answer(values: list[list[str]], times: list[list[str]] | None = None) -> byt
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.lists(floats, min_size=1, max_size=8), min_size=1, max_size=6),
-    st.sampled_from([go_format, repr]),
+    st.sampled_from([go_format, prom_format, finite_repr]),
 )
 def test_sample_values_are_bit_identical_to_float(rows: list[list[float]], fmt: Any) -> None:
-    """Every value Prometheus can write (and Python's repr, with exponents) parses to the
-    float64 that ``float(text)`` gives, through the bytes path."""
+    """Every value Prometheus can write (and Python's repr of finite values, with exponents)
+    parses to the float64 that ``float(text)`` gives, through the bytes path."""
     texts = [[fmt(x) for x in row] for row in rows]
     body = answer(texts)
     got = bytes_path(body)

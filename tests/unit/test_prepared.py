@@ -30,7 +30,7 @@ from tls import make_pki
 
 from loadwatcher import app
 from loadwatcher.engine import Engine, published
-from loadwatcher.http import api, negotiation, prepared
+from loadwatcher.http import api, edge, negotiation, prepared
 from loadwatcher.http.security import TlsReloader
 from loadwatcher.wire.formats import Format
 
@@ -284,10 +284,11 @@ async def test_keep_alive_over_tls_is_encrypted_not_sent_from_the_file(tmp_path)
     runner = web.AppRunner(api.make_app(engine), access_log=None)
     await runner.setup()
     port = free_port()
-    site = web.TCPSite(
+    site = edge.GuardedSite(  # as the service listens: through the connection guard
         runner,
         "127.0.0.1",
         port,
+        edge.Limits(10.0, 75.0, 1024),
         ssl_context=TlsReloader(str(pki.cert_file), str(pki.key_file)).context,
     )
     await site.start()

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from loadwatcher.errors import ProviderError
 from loadwatcher.model import FetchResult, Resource, Series, SeriesBatch
-from loadwatcher.pipeline.store import SampleStore
+from loadwatcher.pipeline.store import SampleStore, unparsable
 from loadwatcher.providers.base import collect
 from loadwatcher.providers.http import HttpBackend, HttpSettings
 from loadwatcher.providers.prometheus import jsonbytes
@@ -62,6 +62,10 @@ def both(text: bytes, memo: ParseMemo | None = None) -> tuple[SeriesBatch, bool]
         (body(item("é\u2028", ("1", "0.5"))), True),
         (body(item("a", ("1", "NaN"), ("2", "+Inf"), ("3", "-Inf"), ("4", "1e-3"))), True),
         (body(item("a", ("1", "-0"), ("2", "007.50"), ("3", "12345678901234567890"))), True),
+        (body(item("a", ("1", "0x10"), ("2", "1e"), ("3", "--1"), ("4", "0.1_0"))), True),
+        (body(item("a", ("1", "0.5")), item("b", ("1", ""), ("2", "0.5"))), False),
+        (body(b'{"metric":{"instance":"a"},"values":[[1,0.5],[2,null],[3,[1]]]}'), False),
+        (body(item("a", ("1", "1e+21"), ("2", "1e-07"), ("3", "-1.5E-300"), ("4", "00"))), True),
         (body(item("a", ("1.000", "0.1"), ("0", "0.2"), ("-5", "0.3"), ("1e3", "0.4"))), True),
         (body(b'{"metric":{"instance":"a"},"values":[]}', item("b", ("1", "0.5"))), False),
         (body(b'{"values":[[1,"0.5"]],"metric":{"instance":"a"}}'), True),
@@ -84,7 +88,6 @@ def test_layouts(text: bytes, fast: bool) -> None:
         body(item("a", ("1", "0.5"))).replace(b'"success"', b'"error","error":"boom"'),
         body(item("a", ("1", "0.5"))).replace(b'"matrix"', b'"vector"'),
         body(b'{"metric":"a","values":[[1,"0.5"]]}'),
-        body(b'{"metric":{"instance":"a"},"values":[[1,"x"]]}'),
         body(b'{"metric":{"instance":"a"},"values":[[01,"0.5"]]}'),  # not JSON
         body(b'{"metric":{"instance":"a"},"values":[[1,"0.5" 5]]}'),  # not JSON
         body(b'{"metric":{"instance":"a"},"values":[[1,"\t0.5"]]}'),  # not JSON
@@ -219,3 +222,23 @@ async def test_http_errors_read_as_with_request_json(aiohttp_server, status, tex
     finally:
         await provider.close()
         await plain.close()
+
+
+def test_one_bad_value_is_one_unparsable_sample() -> None:
+    """The other samples and series of the answer are kept; the bad one is counted."""
+    good = [(str(t), f"0.{t}") for t in range(1, 10)]
+    for bad in ("0x10", "", "1e", "--1", "0.1_0", "+1", "007", " 1", "inf", "١"):
+        samples = [*good[:4], ("5", bad), *good[5:]]
+        batch, _ = both(body(item("a:1", *good), item("b:1", *samples), item("c:1", *good)))
+        assert batch.keys == [("a", Resource.CPU), ("b", Resource.CPU), ("c", Resource.CPU)]
+        assert unparsable(batch.values).tolist() == [False] * 13 + [True] + [False] * 13
+        result = SampleStore().add([batch])
+        assert len(result.added) == 26
+        assert result.dropped == {"non_finite": 0, "negative": 0, "over_100": 0, "unparsable": 1}
+
+
+def test_store_counts_unparsable_apart_from_non_finite() -> None:
+    batch, _ = both(body(item("a", ("1", "NaN"), ("2", "x"), ("3", "+Inf"), ("4", "0.5"))))
+    result = SampleStore().add([batch])
+    assert result.dropped == {"non_finite": 2, "negative": 0, "over_100": 0, "unparsable": 1}
+    assert result.added.val.tolist() == [50.0]

@@ -48,7 +48,7 @@ def _health(stale: tuple[str, ...], missing: tuple[str, ...]) -> list[str]:
     verdict = health.evaluate(
         1000.0, provider, health.JournalStatus(None), 990.0, 3, stale, 60.0, missing
     )
-    reasons: list[str] = verdict.body["reasons"]
+    reasons: list[str] = verdict.body["nodeReasons"]
     return reasons
 
 

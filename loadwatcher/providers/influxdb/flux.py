@@ -28,6 +28,7 @@ from loadwatcher.providers.influxdb.telegraf import (
     FieldQuery,
     Points,
 )
+from loadwatcher.providers.values import json_value
 
 
 def flux_string(text: str) -> str:
@@ -78,7 +79,8 @@ def points_from_rows(rows: Iterable[tuple[Any, Any, Any]], query: str) -> Points
     """``(host, _time, _value)`` rows (any order) -> time-ordered points per host.
 
     Rows without a host are skipped; ``_time`` is a datetime (as the client parses it)
-    or seconds; a null value becomes NaN, which the store drops and counts.
+    or seconds; a null value becomes NaN, anything but a number ``UNPARSABLE``: the store
+    drops and counts both.
     """
     by_host: dict[str, tuple[list[float], list[float]]] = {}
     try:
@@ -88,7 +90,7 @@ def points_from_rows(rows: Iterable[tuple[Any, Any, Any]], query: str) -> Points
             t = time.timestamp() if isinstance(time, dt.datetime) else float(time)
             ts, vals = by_host.setdefault(host, ([], []))
             ts.append(t)
-            vals.append(np.nan if value is None else float(value))
+            vals.append(json_value(value))
     except (TypeError, ValueError, OverflowError) as exc:  # Overflow: int beyond a float
         raise ProviderError(
             ProviderErrorKind.BAD_RESPONSE, f"malformed record: {exc}", query=query

@@ -24,6 +24,7 @@ from loadwatcher.providers.influxdb.telegraf import (
     Points,
     ns_to_seconds,
 )
+from loadwatcher.providers.values import json_values
 
 _NOT_FOUND = ("database not found", "retention policy not found")
 
@@ -102,7 +103,8 @@ def points_by_host(series: list[dict[str, Any]], host_tag: str, query: str) -> P
     """Raw points per host from one statement's ``series`` (``GROUP BY host``, epoch=ns).
 
     Series without the host tag are skipped; several series of one host are merged in
-    time order. A null value becomes NaN, which the store drops and counts.
+    time order. A null value becomes NaN, anything but a number ``UNPARSABLE``: the store
+    drops and counts both.
     """
     parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for s in series:
@@ -117,9 +119,7 @@ def points_by_host(series: list[dict[str, Any]], host_tag: str, query: str) -> P
             continue
         try:
             ns = np.array([row[0] for row in values], dtype=np.int64)
-            val = np.array(
-                [np.nan if row[1] is None else row[1] for row in values], dtype=np.float64
-            )
+            val = json_values([row[1] for row in values])
         except (TypeError, ValueError, IndexError, KeyError, OverflowError) as exc:
             raise ProviderError(
                 ProviderErrorKind.BAD_RESPONSE, f"malformed point: {exc}", query=query

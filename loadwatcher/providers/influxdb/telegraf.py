@@ -19,6 +19,7 @@ import numpy as np
 
 from loadwatcher.errors import ProviderError
 from loadwatcher.model import FetchResult, FloatArray, Resource, Series
+from loadwatcher.pipeline.store import UNPARSABLE, unparsable
 from loadwatcher.providers.base import collect
 
 # Telegraf's names for what a node has: bytes of memory and logical CPUs.
@@ -116,6 +117,7 @@ def to_series(resource: Resource, points: Points, scale: float, idle: bool) -> l
         percent = values * scale
         if idle:
             percent = 100.0 - percent
+        percent[unparsable(values)] = UNPARSABLE  # arithmetic need not keep a NaN's payload
         out.append(Series(host, resource, ts, percent))
     return out
 

@@ -27,7 +27,9 @@ import orjson
 from loadwatcher._types import BoolArray
 from loadwatcher.errors import ProviderError, ProviderErrorKind
 from loadwatcher.model import FloatArray, Resource, SeriesBatch
+from loadwatcher.pipeline.store import UNPARSABLE, unparsable
 from loadwatcher.providers.prometheus import jsonbytes
+from loadwatcher.providers.values import prometheus_values
 
 
 def node_name(value: str, strip_port: bool) -> str:
@@ -158,9 +160,12 @@ def parse_matrix(
 
 
 def _scaled(values: FloatArray, scale: float) -> FloatArray:
-    """``values * scale``; a huge value becomes inf quietly: the store drops and counts it."""
+    """``values * scale``; a huge value becomes inf quietly: the store drops and counts it.
+    ``UNPARSABLE`` stays itself (a NaN's payload need not survive arithmetic)."""
     with np.errstate(over="ignore"):
-        return values * scale
+        out = values * scale
+    out[unparsable(values)] = UNPARSABLE
+    return out
 
 
 def _result(doc: Any, query: str) -> list[Any]:
@@ -222,10 +227,11 @@ def _assemble(layout: _Layout, samples: jsonbytes.Samples, scale: float) -> Seri
 
 
 def _points(values: list[Any], query: str) -> tuple[FloatArray, FloatArray]:
-    """``[[ts, "value"], ...]`` -> two float arrays (numpy parses the value strings in C)."""
+    """``[[ts, "value"], ...]`` -> two float arrays. A malformed sample fails the answer; a
+    value text out of Prometheus's syntax is one ``UNPARSABLE`` sample (``values``)."""
     try:
         ts = np.array([p[0] for p in values], dtype=np.float64)
-        val = np.array([p[1] for p in values], dtype=np.float64)
+        val = prometheus_values([p[1] for p in values])
     except (TypeError, ValueError, KeyError, IndexError) as exc:
         raise ProviderError(
             ProviderErrorKind.BAD_RESPONSE, f"malformed sample: {exc}", query=query

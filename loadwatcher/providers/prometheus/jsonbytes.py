@@ -42,6 +42,7 @@ import orjson
 from loadwatcher._types import BoolArray
 from loadwatcher.model import FloatArray, IntArray
 from loadwatcher.providers.prometheus import decimals
+from loadwatcher.providers.values import prometheus_values
 
 ByteArray = npt.NDArray[np.uint8]
 
@@ -51,6 +52,7 @@ _KEY = b'"values":['
 _PLACEHOLDER_TEXT = b'"values":"' + PLACEHOLDER.encode() + b'"'
 _CONTROL = bytes(range(32)) + b"\\"
 _COMMA, _MINUS, _DOT, _QUOTE, _OPEN, _CLOSE = b',-."[]'
+_ZERO = ord("0")
 _MAX_MANTISSA = 10**18
 
 
@@ -130,6 +132,11 @@ def _samples(text: bytes, sizes: IntArray) -> Samples | None:
         other = ((a - 48) > 9) & (a != _MINUS) & (a != _DOT) & (a != _COMMA)
         other &= (a != _QUOTE) & (a != _OPEN) & (a != _CLOSE)
         bad[np.searchsorted(quotes, np.flatnonzero(other))] = True
+    # Values with a leading zero ("007", "-01.5"): digits the fast parse reads, but not
+    # Prometheus's syntax; parsed one by one below, they become unparsable.
+    lead_at = starts[1::2] + neg[1::2]
+    after_lead = np.subtract(a.take(lead_at + 1, mode="clip"), 48, dtype=np.uint8)  # "-" last
+    bad[1::2] |= (a[lead_at] == _ZERO) & (after_lead <= 9)
     if bad.any():
         digits = _zeroed(digits, starts, ends, owner, bad)
     ints = _integers(digits)
@@ -214,10 +221,12 @@ def _integers(digits: bytes) -> IntArray | None:
 def _exactly(
     text: bytes, starts: IntArray, ends: IntArray, rows: IntArray, out: FloatArray
 ) -> bool:
-    """Parse ``rows`` one by one exactly as the JSON path would; False if any is invalid.
+    """Parse ``rows`` one by one exactly as the JSON path would; False if the JSON path
+    must decide (a timestamp that is not a JSON number, a string that is not plain JSON).
 
-    A timestamp is a JSON number (orjson); a value is a JSON string that numpy converts,
-    which is the same only without escapes or control characters (invalid JSON).
+    A timestamp is a JSON number (orjson); a value is a JSON string read in Prometheus's
+    syntax (``values``), which is the same only without escapes or control characters
+    (invalid JSON) and in valid UTF-8. A value out of that syntax is ``UNPARSABLE``.
     """
     times, strings = rows[rows % 2 == 0], rows[rows % 2 == 1]
     try:
@@ -226,7 +235,7 @@ def _exactly(
         if any(len(r.translate(None, _CONTROL)) != len(r) for r in raw):
             return False
         out[times] = np.array(parsed, dtype=np.float64)
-        out[strings] = np.array([r.decode() for r in raw], dtype=np.float64)
+        out[strings] = prometheus_values([r.decode() for r in raw])
     except (ValueError, TypeError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         return False
     return True

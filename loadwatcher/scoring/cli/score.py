@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from loadwatcher.scoring import inputs, registry
-from loadwatcher.scoring.cases import load_case, run_case
+from loadwatcher.scoring.cases import run_case_file
 from loadwatcher.scoring.cli import table
 from loadwatcher.scoring.cli.options import (
     SECONDS,
@@ -81,7 +81,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def run_score(args: argparse.Namespace) -> int:
     """``loadwatcher score``."""
     if args.case:
-        print_json(run_case(load_case(args.case)))
+        print_json(run_case_file(args.case))
         return 0
     if not args.pod:
         raise ValueError("--pod FILE is required (or --case FILE)")

@@ -264,7 +264,7 @@ def test_too_old_snapshot_exit_1(
     [
         ("{", "not valid JSON"),
         ("[]", "expected a JSON object"),
-        ('{"plugin": "TLP", "nodes": {}, "pod": {}}', "case.nodes: expected a list"),
+        ('{"plugin": "TLP", "nodes": {}, "pod": {}}', "case.json: nodes: expected a list"),
         (
             '{"plugin": "TLP", "nodes": [{"name": "a", "capacity": {"cpu": "1x"}}], "pod": {}}',
             "invalid quantity '1x'",
@@ -273,7 +273,7 @@ def test_too_old_snapshot_exit_1(
             '{"plugin": "TLP", "nodes": [], "pod": {}, "args": {"targetUtilization": "high"}}',
             "targetUtilization: expected an integer",
         ),
-        ('{"plugin": "TLP", "nodes": []}', "case.pod: missing"),
+        ('{"plugin": "TLP", "nodes": []}', "case.json: pod: missing"),
     ],
 )
 def test_malformed_case_subprocess(tmp_path: Path, case: str, message: str) -> None:

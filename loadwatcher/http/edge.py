@@ -1,0 +1,261 @@
+"""The listening socket's guard: a header deadline, a cap on open connections, JSON errors.
+
+aiohttp holds a connection open as long as its client likes before the first request
+(its keep-alive timer, an hour by default), serves any number of connections at once, and
+answers what its HTTP parser rejects with plain text that echoes the raw request line.
+``GuardedSite`` listens with a protocol factory that wraps each connection's aiohttp
+``RequestHandler``:
+
+- a connection whose request headers are not complete ``header_timeout_s`` after it opened
+  (after its TLS handshake, itself bounded by the same time) is closed;
+- beyond ``max_connections`` open connections, a new one is closed as it arrives, with one
+  log line per burst of refusals;
+- the parser's errors are the API's JSON error (``JsonErrorHandler``), echoing nothing.
+
+Later requests on a kept-alive connection are bounded by aiohttp's keep-alive timer
+(``keepalive_timeout_s``): it closes a connection that has not sent a complete request
+that long after its last response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import ssl
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMethod, HttpProcessingError, LineTooLong
+from aiohttp.web_protocol import RequestHandler
+
+log = logging.getLogger("loadwatcher.edge")
+
+# A refusal this long after the last logged one starts a new burst (and a new log line).
+BURST_QUIET_S = 60.0
+# The end of a header block: an empty line, with or without its carriage return.
+_HEADERS_END = re.compile(rb"\n\r?\n")
+
+
+@dataclass(frozen=True)
+class Limits:
+    header_timeout_s: float
+    keepalive_timeout_s: float
+    max_connections: int
+
+
+def error_body(status: int, exc: BaseException | None) -> tuple[str, str]:
+    """The (code, message) of an error aiohttp's server answers by itself; never the input."""
+    if status == 400:
+        if isinstance(exc, BadHttpMethod):
+            return "bad_request", "malformed request: invalid method"
+        if isinstance(exc, LineTooLong):
+            return "bad_request", "malformed request: request line or header too long"
+        return "bad_request", "malformed HTTP request"
+    if status == 500:
+        return "internal", "internal error; see the service log"
+    if status == 504:
+        return "timeout", "the request took too long"
+    return "http_error", "the request could not be served"
+
+
+class JsonErrorHandler(RequestHandler):
+    """aiohttp's connection handler, answering its own errors with the API's JSON."""
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if isinstance(exc, HttpProcessingError) or status == 400:
+            # The client's fault (often a scanner or TLS on the plain port): not an error of
+            # ours, and the text would carry its bytes into the log.
+            self.logger.debug("malformed request from %s: %s", request.remote, type(exc))
+        else:
+            self.log_exception("error handling request from %s", request.remote, exc_info=exc)
+        if request.writer.output_size > 0:  # as aiohttp: too late for another response
+            raise ConnectionError("response already started; cannot send the error")
+        code, text = error_body(status, exc)
+        response = web.Response(
+            status=status,
+            body=orjson.dumps({"error": code, "message": text}),
+            content_type="application/json",
+        )
+        response.force_close()
+        return response
+
+
+class HeadersWatch:
+    """Whether the bytes read so far hold the end of the first request's header block."""
+
+    __slots__ = ("_tail",)
+
+    def __init__(self) -> None:
+        self._tail = b""  # the last bytes read, so an empty line split across reads counts
+
+    def complete(self, data: bytes) -> bool:
+        seen = self._tail + data
+        if _HEADERS_END.search(seen):
+            return True
+        self._tail = seen[-2:]
+        return False
+
+
+class Refusals:
+    """Counts refused connections; says when a refusal starts a new burst worth a log line."""
+
+    def __init__(self, clock: Any = time.monotonic) -> None:
+        self._clock = clock
+        self._logged_at: float | None = None
+        self.unlogged = 0
+
+    def refused(self) -> bool:
+        now = self._clock()
+        if self._logged_at is None or now - self._logged_at >= BURST_QUIET_S:
+            self._logged_at = now
+            return True
+        self.unlogged += 1
+        return False
+
+
+class Guard:
+    """The protocol factory: one ``GuardedConnection`` per accepted connection."""
+
+    def __init__(self, server: web.Server, limits: Limits) -> None:
+        self.server = server
+        self.limits = limits
+        self.open = 0
+        self.refusals = Refusals()
+
+    def __call__(self) -> GuardedConnection:
+        return GuardedConnection(self)
+
+    def handler(self) -> RequestHandler:
+        """The connection's aiohttp handler, built here rather than by ``self.server``: the
+        runner's handler arguments are not used, these are."""
+        return JsonErrorHandler(
+            self.server,
+            loop=asyncio.get_running_loop(),
+            keepalive_timeout=self.limits.keepalive_timeout_s,
+            # No access log, as AppRunner(access_log=None) passes it (typed Logger only).
+            access_log=None,  # type: ignore[arg-type]
+        )
+
+    def refuse(self) -> None:
+        if self.refusals.refused():
+            more = self.refusals.unlogged
+            self.refusals.unlogged = 0
+            log.warning(
+                "refusing new connections: %d open (server.max_connections)%s",
+                self.open,
+                f"; {more} more refused since the last such line" if more else "",
+            )
+
+
+class GuardedConnection(asyncio.Protocol):
+    """One connection: admitted under the cap, closed if its headers do not come in time."""
+
+    def __init__(self, guard: Guard) -> None:
+        self._guard = guard
+        self._inner: RequestHandler | None = None
+        self._transport: asyncio.Transport | None = None
+        self._deadline: asyncio.TimerHandle | None = None
+        self._headers = HeadersWatch()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        guard = self._guard
+        if guard.open >= guard.limits.max_connections:
+            transport.abort()  # frees the descriptor now; connection_lost follows
+            guard.refuse()
+            return
+        guard.open += 1
+        self._transport = transport
+        self._deadline = asyncio.get_running_loop().call_later(
+            guard.limits.header_timeout_s, self._expire
+        )
+        self._inner = guard.handler()
+        self._inner.connection_made(transport)
+
+    def _expire(self) -> None:
+        self._deadline = None
+        if self._transport is not None:
+            self._transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        if self._deadline is not None and self._headers.complete(data):
+            self._deadline.cancel()
+            self._deadline = None
+        if self._inner is not None:
+            self._inner.data_received(data)
+
+    def eof_received(self) -> None:
+        if self._inner is not None:
+            self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        if self._inner is not None:
+            self._guard.open -= 1
+            inner, self._inner = self._inner, None
+            self._transport = None
+            inner.connection_lost(exc)
+
+
+class GuardedSite(web.BaseSite):
+    """A TCP site (as ``web.TCPSite``) whose connections pass through a ``Guard``."""
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        limits: Limits,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        backlog: int = 128,
+    ) -> None:
+        super().__init__(runner, ssl_context=ssl_context, backlog=backlog)
+        server = runner.server
+        assert server is not None  # BaseSite checked it
+        self.guard = Guard(server, limits)
+        self._tls = ssl_context
+        self._listen_backlog = backlog
+        self._host = host
+        self._port = port
+        self.port = port
+
+    @property
+    def name(self) -> str:
+        return f"{'https' if self._tls else 'http'}://{self._host}:{self.port}"
+
+    async def start(self) -> None:
+        await super().start()
+        loop = asyncio.get_running_loop()
+        listening = await loop.create_server(
+            self.guard,
+            self._host,
+            self._port,
+            ssl=self._tls,
+            ssl_handshake_timeout=self.guard.limits.header_timeout_s if self._tls else None,
+            backlog=self._listen_backlog,
+            reuse_address=True,
+        )
+        self._server = listening
+        if listening.sockets:
+            self.port = listening.sockets[0].getsockname()[1]

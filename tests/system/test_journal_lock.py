@@ -1,0 +1,87 @@
+"""One writer per journal, between real service processes on one ``--db``.
+
+A Kubernetes rolling update starts the new pod before the old one stops, both mounting the
+volume: the new one must become ready (serving from memory, health naming the holder) and
+take the journal over when the old one stops. A holder killed with SIGKILL leaves its PID in
+the lock file, which must not block the next start.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+from backends import openmetrics_text
+from faults import Service, journal_snapshot_time
+from synth import node_history
+
+pytestmark = pytest.mark.backend
+
+
+def _in_use_lines(service: Service) -> list[str]:
+    """The refusal's error lines (health's own change log repeats the reason once more)."""
+    lines = service.log_text().splitlines()
+    return [line for line in lines if "ERROR" in line and "is in use by" in line]
+
+
+def test_a_second_instance_serves_without_the_journal_until_the_first_stops(
+    prometheus_factory, tmp_path: Path
+) -> None:
+    prom = prometheus_factory(openmetrics_text(node_history(5, math.floor(time.time()) - 1)))
+    db = tmp_path / "journal" / "lw.db"
+    old = Service.prometheus(prom.url, db, tmp_path / "old.log").start()
+    new = Service.prometheus(prom.url, db, tmp_path / "new.log")
+    try:
+        old.wait_status("/readyz", 200)
+        new.start()
+        new.wait_status("/readyz", 200)  # serving, from memory
+        lines = _in_use_lines(new)
+        assert len(lines) == 1, new.log_tail()
+        assert f"journal {db} is in use by another process (PID {old.pid}" in lines[0]
+        assert "running without persistence" in lines[0]
+        _, body = new.health()
+        assert not body["journal"]["ok"], body
+        assert any(f"PID {old.pid}" in r for r in body["reasons"]), body
+        assert not _in_use_lines(old)
+
+        code, _ = old.terminate(15)  # the old pod stops: the lock goes with it
+        assert code == 0, old.log_tail()
+        stopped = time.time()
+        new.wait_until("the journal taken over", lambda: new.health()[1]["journal"]["ok"], 10)
+        new.wait_until(
+            "a cycle written after the old one stopped",
+            lambda: (journal_snapshot_time(db) or 0) > stopped,
+            10,
+        )
+        assert Path(f"{db}.lock").read_text().strip() == str(new.pid)
+        assert len(_in_use_lines(new)) == 1  # said once, not at every retry
+    finally:
+        for service in (old, new):
+            if service.running():
+                service.terminate(15)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert "Traceback" not in old.log_text() + new.log_text()
+
+
+def test_a_holder_killed_with_sigkill_does_not_block_the_next_start(
+    prometheus_factory, tmp_path: Path
+) -> None:
+    prom = prometheus_factory(openmetrics_text(node_history(5, math.floor(time.time()) - 1)))
+    db = tmp_path / "lw.db"
+    first = Service.prometheus(prom.url, db, tmp_path / "first.log").start()
+    first.wait_status("/readyz", 200)
+    first.kill()
+    assert Path(f"{db}.lock").read_text().strip() == str(first.pid)  # a stale label
+    second = Service.prometheus(prom.url, db, tmp_path / "second.log").start()
+    try:
+        second.wait_status("/readyz", 200)
+        second.wait_until("a journal write", lambda: second.health()[1]["journal"]["ok"], 10)
+        assert not _in_use_lines(second), second.log_tail()
+        assert Path(f"{db}.lock").read_text().strip() == str(second.pid)
+    finally:
+        code, _ = second.terminate(15)
+    assert code == 0, second.log_tail()
