@@ -11,11 +11,15 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _SHOWN_CHARS = 100
 # host:port, with an optional path: an address given without its scheme.
 _HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):[0-9]{1,5}(/\S*)?")
+
+
+N = TypeVar("N", int, float)
 
 
 def shown(text: str) -> str:
@@ -105,35 +109,30 @@ def positive_points(text: str) -> float:
     return _positive(text, "a positive number of percentage points")
 
 
-def _positive(text: str, what: str) -> float:
-    value = _number(text, what)
-    if value <= 0:
+def _within(value: N, text: str, what: str, ok: Callable[[N], bool]) -> N:
+    """``value`` if ``ok`` says it is in range, else the one-line message about ``what``."""
+    if not ok(value):
         raise expected(what, text)
     return value
+
+
+def _positive(text: str, what: str) -> float:
+    return _within(_number(text, what), text, what, lambda v: v > 0)
 
 
 def non_negative_seconds(text: str) -> float:
     what = "a number of seconds >= 0"
-    value = _number(text, what)
-    if value < 0:
-        raise expected(what, text)
-    return value
+    return _within(_number(text, what), text, what, lambda v: v >= 0)
 
 
 def fraction(text: str) -> float:
     what = "a fraction between 0 and 1"
-    value = _number(text, what)
-    if not 0 <= value <= 1:
-        raise expected(what, text)
-    return value
+    return _within(_number(text, what), text, what, lambda v: 0 <= v <= 1)
 
 
 def port(text: str) -> int:
     what = "an integer port 0-65535"
-    value = _integer(text, what)
-    if not 0 <= value <= 65535:
-        raise expected(what, text)
-    return value
+    return _within(_integer(text, what), text, what, lambda v: 0 <= v <= 65535)
 
 
 def text(text: str) -> str:
@@ -172,9 +171,11 @@ def log_level(text: str) -> str:
     return key
 
 
+def positive_int(text: str) -> int:
+    what = "an integer >= 1"
+    return _within(_integer(text, what), text, what, lambda v: v >= 1)
+
+
 def non_negative_int(text: str) -> int:
     what = "an integer >= 0"
-    value = _integer(text, what)
-    if value < 0:
-        raise expected(what, text)
-    return value
+    return _within(_integer(text, what), text, what, lambda v: v >= 0)

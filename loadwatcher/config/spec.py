@@ -60,17 +60,6 @@ class Section(Generic[S]):
                 raise ValueError(f"section {self.name}: its specs must name the fields {names}")
 
 
-def _positive_count(text: str) -> int:
-    what = "an integer >= 1"
-    try:
-        value = int(text)
-    except ValueError:  # not an integer, or more digits than int() takes
-        raise parse.expected(what, text) from None
-    if value < 1:
-        raise parse.expected(what, text)
-    return value
-
-
 SERVER = Section(
     "server",
     ServerSettings,
@@ -116,7 +105,7 @@ SERVER = Section(
         ),
         Spec(
             "server.max_connections",
-            _positive_count,
+            parse.positive_int,
             1024,
             "open connections served at once; further ones are closed as they arrive",
         ),

@@ -28,6 +28,7 @@ PROGRAMS = (
     "scripts/serve",
     "scripts/test",
     ".venv/bin/python benchmarks/run.py",
+    ".venv/bin/python benchmarks/fastpaths.py",
 )
 
 

@@ -39,11 +39,10 @@ def _table(text: str) -> list[list[str]]:
     return rows
 
 
-def test_quick_run_writes_a_table_with_numbers_in_every_row(tmp_path: Path) -> None:
-    _require_tools()
-    out = tmp_path / "RESULTS.md"
+def quick_run(script: str, out: Path) -> subprocess.CompletedProcess[str]:
+    """``benchmarks/<script> --quick --out <out>``, which must succeed."""
     done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "run.py"), "--quick", "--out", str(out)],
+        [sys.executable, str(REPO / "benchmarks" / script), "--quick", "--out", str(out)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -52,6 +51,13 @@ def test_quick_run_writes_a_table_with_numbers_in_every_row(tmp_path: Path) -> N
         stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stderr[-4000:] + done.stdout[-2000:]
+    return done
+
+
+def test_quick_run_writes_a_table_with_numbers_in_every_row(tmp_path: Path) -> None:
+    _require_tools()
+    out = tmp_path / "RESULTS.md"
+    done = quick_run("run.py", out)
     assert "poll cycle" in done.stderr  # progress is printed while it runs
     rows = _table(out.read_text(encoding="utf-8"))
     by_kind = {row[0] for row in rows}
@@ -75,16 +81,7 @@ def test_quick_fastpaths_run_writes_a_share_for_every_fast_path(tmp_path: Path) 
     _require_tools()
     out = tmp_path / "RESULTS.md"
     out.write_text("# Benchmark results\n\nolder text\n", encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "fastpaths.py"), "--quick", "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
-    assert done.returncode == 0, done.stderr[-4000:] + done.stdout[-2000:]
+    quick_run("fastpaths.py", out)
     text = out.read_text(encoding="utf-8")
     assert text.startswith("# Benchmark results\n\nolder text\n")
     section = text.split("<!-- fastpaths:start -->", 1)[1].split("<!-- fastpaths:end -->")[0]
