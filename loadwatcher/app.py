@@ -52,6 +52,8 @@ def build_engine(settings: Settings) -> Engine:
         provider_timeout_s=settings.provider.timeout_s,
         corroborate_threshold_pct=settings.corroborate.threshold_pct,
         max_bad_node_share=settings.health.max_bad_node_share,
+        future_tolerance_s=a.future_tolerance_s,
+        max_new_series=settings.provider.max_new_series,
     )
     engine = Engine(
         registry.build_provider(settings),

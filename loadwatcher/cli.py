@@ -17,6 +17,7 @@ import yaml
 from loadwatcher import __version__, allocator, config
 from loadwatcher.commandline import parse_args
 from loadwatcher.errors import ConfigError
+from loadwatcher.http.tokens import TokenFile
 from loadwatcher.providers import registry
 
 log = logging.getLogger("loadwatcher")
@@ -75,6 +76,8 @@ def _settings(args: argparse.Namespace) -> config.Settings:
 
 def _config_check(args: argparse.Namespace) -> int:
     settings = _settings(args)
+    if settings.server.auth_token_file:  # what serve would refuse at start
+        TokenFile(settings.server.auth_token_file).require("server.auth_token_file")
     effective = config.effective(settings, registry.catalogue())
     sys.stdout.write(yaml.safe_dump(effective, sort_keys=False))
     return 0

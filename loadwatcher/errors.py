@@ -43,16 +43,30 @@ class ProviderErrorKind(StrEnum):
     BAD_RESPONSE = "bad_response"
     SERVER = "server"
     EMPTY = "empty"
+    TOO_LARGE = "too_large"
+    RATE_LIMITED = "rate_limited"
 
 
 class ProviderError(LoadwatcherError):
-    """A backend request failed or answered something unusable."""
+    """A backend request failed or answered something unusable.
 
-    def __init__(self, kind: ProviderErrorKind, message: str, *, query: str | None = None) -> None:
+    ``retry_after_s`` is the wait the backend asked for (its ``Retry-After`` on a 429 or
+    503, in seconds from now; 0 for a date already past), None when it asked for none.
+    """
+
+    def __init__(
+        self,
+        kind: ProviderErrorKind,
+        message: str,
+        *,
+        query: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.query = query
+        self.retry_after_s = retry_after_s
 
     def __str__(self) -> str:
         where = f" (query {self.query!r})" if self.query else ""

@@ -17,6 +17,9 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _SHOWN_CHARS = 100
 # host:port, with an optional path: an address given without its scheme.
 _HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):[0-9]{1,5}(/\S*)?")
+# A whole number of bytes, optionally in binary units: 4096, 64MiB, 64 Mi, 1GiB.
+_SIZE = re.compile(r"([0-9]{1,19})\s*(?:([KMG])i(?:B)?)?", re.IGNORECASE)
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 
 
 N = TypeVar("N", int, float)
@@ -179,3 +182,13 @@ def positive_int(text: str) -> int:
 def non_negative_int(text: str) -> int:
     what = "an integer >= 0"
     return _within(_integer(text, what), text, what, lambda v: v >= 0)
+
+
+def byte_size(text: str) -> int:
+    """A size in bytes >= 1: a whole number, or one with KiB, MiB or GiB (``64MiB``)."""
+    what = "a size in bytes >= 1 (a whole number, or with KiB, MiB or GiB: 64MiB)"
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise expected(what, text)
+    value = int(match[1]) * _UNITS[(match[2] or "").upper()]
+    return _within(value, text, what, lambda v: v >= 1)

@@ -47,11 +47,14 @@ class ProviderSettings:
     ca_file: str | None
     insecure_skip_verify: bool
     timeout_s: float
+    max_answer_bytes: int
+    max_new_series: int
 
 
 @dataclass(frozen=True)
 class AnalysisSettings:
     stale_after_s: float
+    future_tolerance_s: float
     frozen_after_s: float
     min_coverage: float
 

@@ -23,6 +23,11 @@ from loadwatcher.config.settings import (
 
 S = TypeVar("S")
 
+# Measured: the cold-start answer of one resource (1020 s of raw samples every 15 s) from a real
+# Prometheus is about 2,470 bytes per node, so ~47 MiB for 20,000 nodes; 1.5x that, rounded up
+# to a power of two.
+DEFAULT_MAX_ANSWER_BYTES = 128 * 2**20
+
 
 @dataclass(frozen=True)
 class Spec:
@@ -209,6 +214,22 @@ def provider_section(names: ProviderNames) -> Section[ProviderSettings]:
                 10.0,
                 "timeout of one backend request",
             ),
+            Spec(
+                "provider.max_answer_bytes",
+                parse.byte_size,
+                DEFAULT_MAX_ANSWER_BYTES,
+                "most bytes (decoded) of one backend answer, metrics-server's list pages too "
+                "(not InfluxDB Flux's); a larger one is refused while it is read, error kind "
+                "too_large. Bytes or KiB/MiB/GiB (64MiB); the default, 128 MiB, fits a "
+                "20,000-node cold-start answer (~47 MiB at 15 s resolution) with room",
+            ),
+            Spec(
+                "provider.max_new_series",
+                parse.positive_int,
+                50_000,
+                "most series one poll may add to the store (new node/resource pairs); a poll "
+                "over it fails and the last snapshot is kept",
+            ),
         ),
     )
 
@@ -222,6 +243,13 @@ ANALYSIS = Section(
             parse.positive_seconds,
             300.0,
             "a series whose newest sample is older than this is stale",
+        ),
+        Spec(
+            "analysis.future_tolerance_s",
+            parse.non_negative_seconds,
+            60.0,
+            "a sample more than this ahead of the service's clock is dropped (counted as "
+            'reason="future")',
         ),
         Spec(
             "analysis.frozen_after_s",

@@ -23,8 +23,10 @@ class CorroboratingSource:
         self.store = SampleStore()
         self.error: str | None = None
 
-    async def fetch(self, now: float, keep_from: float) -> None:
-        """Fetch into the store; a failure is logged when it starts and when it ends."""
+    async def fetch(self, now: float, keep_from: float, latest: float) -> None:
+        """Fetch into the store; a failure is logged when it starts and when it ends.
+        Samples after ``latest`` are refused, and series idle since ``keep_from`` forgotten,
+        as in the main store."""
         try:
             result = await self.provider.fetch(now, self.store.newest())
         except ProviderError as exc:
@@ -35,7 +37,9 @@ class CorroboratingSource:
         if self.error is not None:
             log.info("corroborating provider answers again")
         self.error = None
-        self.store.add([*result.series, *result.batches], keep_from=keep_from)
+        self.store.forget_after(latest)
+        self.store.add([*result.series, *result.batches], keep_from=keep_from, latest=latest)
+        self.store.forget_idle(keep_from)
 
     def disagreeing(
         self, main: SampleStore, now: float, threshold_pct: float

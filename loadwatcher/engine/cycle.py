@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -28,16 +29,38 @@ from loadwatcher.engine.persistence import Persistence
 from loadwatcher.engine.published import Published
 from loadwatcher.engine.selfmetrics import SelfMetrics, State
 from loadwatcher.engine.transitions import TransitionLog
-from loadwatcher.errors import JournalError, ProviderError
+from loadwatcher.errors import JournalError, ProviderError, ProviderErrorKind
 from loadwatcher.journal.sqlite import Journal
-from loadwatcher.model import Columns, FetchResult, Resource
+from loadwatcher.model import Columns, FetchResult, IntArray, Resource
 from loadwatcher.pipeline import analysis, corroboration, health, snapshot
 from loadwatcher.pipeline.analysis import Quality
 from loadwatcher.pipeline.snapshot import Snapshot
 from loadwatcher.pipeline.store import AddResult, SampleStore
 from loadwatcher.providers.base import Provider
+from loadwatcher.words import plural
 
 log = logging.getLogger("loadwatcher.engine")
+
+# A backend's clock a little ahead of ours is normal (NTP keeps them within milliseconds,
+# a minute covers a VM paused for a while); beyond it a timestamp cannot be trusted.
+DEFAULT_FUTURE_TOLERANCE_S = 60.0
+# 20,000 nodes' two resources at a cold start, with room: a backend that invents series
+# (a label with a random value) fails the poll instead of filling memory.
+DEFAULT_MAX_NEW_SERIES = 50_000
+# Forgetting idle series renumbers the store; it waits until they are this share of the
+# series, so that churn pays it once per many polls.
+_FORGET_SHARE = 1 / 16
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """A poll's samples merged in: what ``SampleStore.add`` said (with ``added`` in the
+    store's ids after any forgetting), the renumbering if idle series were forgotten, and
+    how many held samples the clock stepping back took away."""
+
+    result: AddResult
+    renumber: IntArray | None
+    withdrawn: int
 
 
 @dataclass(frozen=True)
@@ -48,6 +71,8 @@ class EngineOptions:
     provider_timeout_s: float = 10.0
     corroborate_threshold_pct: float = corroboration.DEFAULT_THRESHOLD_PCT
     max_bad_node_share: float = health.DEFAULT_MAX_BAD_NODE_SHARE
+    future_tolerance_s: float = DEFAULT_FUTURE_TOLERANCE_S
+    max_new_series: int = DEFAULT_MAX_NEW_SERIES
 
     @property
     def max_snapshot_age_s(self) -> float:
@@ -78,6 +103,8 @@ class Engine:
         self.node_info: dict[str, dict[str, str]] = {}
         self.known_nodes: frozenset[str] = frozenset()
         self.report = analysis.Report({})
+        # The last poll's clock skew: how far ahead its samples were, and whose they were.
+        self.clock_skew: tuple[float, frozenset[str]] | None = None
         self.provider_status = health.ProviderStatus(provider.source)
         self.journal_status = health.JournalStatus(journal.path if journal else None)
         self.metrics = metrics or SelfMetrics()
@@ -103,6 +130,7 @@ class Engine:
                 self.clock,
                 self.options.retention_s,
                 self._serve_restored,
+                self.options.future_tolerance_s,
             )
         except JournalError as exc:
             # Serve from memory; each cycle's write tries to open the journal again.
@@ -134,15 +162,19 @@ class Engine:
             self._fetch_corroborating(now),
             return_exceptions=True,
         )
+        if isinstance(outcome, BaseException) and not isinstance(outcome, ProviderError):
+            raise outcome
+        if not isinstance(outcome, ProviderError):
+            outcome = self._too_many_new_series(outcome) or outcome
         if isinstance(outcome, ProviderError):
             status.ok, status.error, status.error_kind = False, str(outcome), str(outcome.kind)
             self.metrics.provider_errors.labels(str(outcome.kind)).inc()
+            self._back_off([outcome], now)
             await self._retag_last_snapshot(now)
             self._log_health(now)
             return
-        if isinstance(outcome, BaseException):
-            raise outcome
         result = outcome
+        self._back_off(result.errors, now)
         status.ok, status.error, status.error_kind = True, None, None
         status.last_success_at = now
         status.partial_errors = [str(e) for e in result.errors]
@@ -150,8 +182,12 @@ class Engine:
         for err in result.errors:
             self.metrics.provider_errors.labels(str(err.kind)).inc()
         # A worker thread: a cold start merges every sample of the retention.
-        added = await asyncio.to_thread(self._ingest, result, now)
-        self._count_samples(added)
+        ingested = await asyncio.to_thread(self._ingest, result, now)
+        added = ingested.result
+        self._count_samples(added, ingested.withdrawn)
+        self._judge_clock(added, now)
+        if ingested.renumber is not None and self._persistence is not None:
+            self._persistence.forget(ingested.renumber)
         self.node_info.update(result.node_info)
         if result.known_nodes:
             self.known_nodes = result.known_nodes
@@ -177,12 +213,93 @@ class Engine:
 
     async def _fetch_corroborating(self, now: float) -> None:
         if self.corroborating is not None:
-            await self.corroborating.fetch(now, keep_from=now - self.options.retention_s)
+            await self.corroborating.fetch(
+                now,
+                keep_from=now - self.options.retention_s,
+                latest=now + self.options.future_tolerance_s,
+            )
 
-    def _ingest(self, result: FetchResult, now: float) -> AddResult:
-        return self.store.add(
-            [*result.series, *result.batches], keep_from=now - self.options.retention_s
+    def _back_off(self, errors: list[ProviderError], now: float) -> None:
+        """Honour the longest ``Retry-After`` among ``errors`` (429, 503): the next poll
+        waits that long, but never so long that the nodes would go stale meanwhile."""
+        asked = [e.retry_after_s for e in errors if e.retry_after_s is not None]
+        status = self.provider_status
+        if not asked:
+            status.backoff_until = None
+            return
+        limit = max(
+            self.options.poll_interval_s,
+            self.options.thresholds.stale_after_s - self.options.poll_interval_s,
         )
+        wait = min(max(asked), limit)
+        if status.backoff_until is None:
+            log.warning(
+                "the provider asked to wait %.0f s (Retry-After): next poll in %.0f s%s",
+                max(asked),
+                max(wait, self.options.poll_interval_s),
+                f" (at most {limit:.0f} s, before nodes go stale)" if wait < max(asked) else "",
+            )
+        status.backoff_until = now + wait
+
+    def next_poll_delay(self, elapsed: float) -> float:
+        """Seconds from now to the next poll: the interval less the cycle's time, or longer
+        while the provider asked for a back-off."""
+        delay = self.options.poll_interval_s - elapsed
+        until = self.provider_status.backoff_until
+        if until is not None:
+            delay = max(delay, until - self.clock())
+        return max(0.0, delay)
+
+    def _too_many_new_series(self, result: FetchResult) -> ProviderError | None:
+        """The error for a poll that would add more series than ``max_new_series``."""
+        cap = self.options.max_new_series
+        keys = [(s.node, s.resource) for s in result.series]
+        if len(keys) + sum(len(b.keys) for b in result.batches) <= cap:
+            return None  # cannot be over: spare the lookups
+        new = self.store.count_new(itertools.chain(keys, *(b.keys for b in result.batches)))
+        if new <= cap:
+            return None
+        return ProviderError(
+            ProviderErrorKind.TOO_LARGE,
+            f"the answer would add {plural(new, 'series', 'series')}, more than "
+            f"provider.max_new_series ({cap}); refused, serving the last snapshot",
+        )
+
+    def _ingest(self, result: FetchResult, now: float) -> Ingested:
+        """Merge a poll in: samples ahead of the clock refused (and those held that the
+        clock stepping back put ahead of it), series idle for the whole retention forgotten
+        once there are enough of them."""
+        keep_from = now - self.options.retention_s
+        latest = now + self.options.future_tolerance_s
+        withdrawn = self.store.forget_after(latest)
+        added = self.store.add(
+            [*result.series, *result.batches], keep_from=keep_from, latest=latest, clock=now
+        )
+        idle = self.store.idle_series(keep_from)
+        renumber = None
+        if idle and idle >= _FORGET_SHARE * len(self.store.keys):
+            renumber = self.store.forget_idle(keep_from)
+            if renumber is not None:
+                added = dataclasses.replace(added, added=renumbered(added.added, renumber))
+        return Ingested(added, renumber, withdrawn)
+
+    def _judge_clock(self, added: AddResult, now: float) -> None:
+        """Most of a poll's samples ahead of the clock: the backend's clock is ahead of
+        ours, or ours stepped back. Either way its times cannot be trusted."""
+        future = added.dropped.get("future", 0)
+        skewed = added.offered > 0 and 2 * future > added.offered
+        was = self.clock_skew
+        self.clock_skew = (added.ahead_s, added.future_nodes) if skewed else None
+        if skewed and was is None:
+            log.error(
+                "clock skew: %s of %s ahead of this service's clock by %.0f s (median); "
+                "they are dropped and their nodes are not ok until the clocks agree",
+                plural(future, "sample"),
+                plural(added.offered, "sample"),
+                added.ahead_s,
+            )
+        elif was is not None and not skewed:
+            log.info("clock skew over: the poll's samples are no longer ahead of the clock")
 
     def _analyse(self, now: float) -> analysis.Report:
         corroborating = self.corroborating
@@ -196,6 +313,7 @@ class Engine:
             corroborating.disagreeing(self.store, now, self.options.corroborate_threshold_pct)
             if corroborating is not None
             else {},
+            untrusted=self.clock_skew[1] if self.clock_skew else (),
         )
 
     def _build_snapshot(self, now: float) -> tuple[Snapshot, bytes | None]:
@@ -243,11 +361,13 @@ class Engine:
             await self._persistence.fold_wal()
         await asyncio.to_thread(allocator.trim)  # off the event loop, after the cycle
 
-    def _count_samples(self, added: AddResult) -> None:
+    def _count_samples(self, added: AddResult, withdrawn: int = 0) -> None:
         self.metrics.samples_ingested.inc(len(added.added))
         for reason, n in added.dropped.items():
             if n:
                 self.metrics.samples_dropped.labels(reason).inc(n)
+        if withdrawn:  # held samples the clock stepping back put ahead of it
+            self.metrics.samples_dropped.labels("future").inc(withdrawn)
         bad = {k: v for k, v in added.dropped.items() if v}
         if bad:
             log.debug("dropped bad samples: %s", bad)
@@ -280,6 +400,16 @@ class Engine:
             frozen_nodes=self.report.nodes(Quality.FROZEN),
             known_nodes=sum(len(nodes) for nodes in self.report.by_quality.values()),
             max_bad_node_share=self.options.max_bad_node_share,
+            service_problems=self._service_problems(),
+        )
+
+    def _service_problems(self) -> tuple[str, ...]:
+        if self.clock_skew is None:
+            return ()
+        tolerance = self.options.future_tolerance_s
+        return (
+            f"clock skew: backend is {self.clock_skew[0]:.0f} s ahead (samples more than "
+            f"{tolerance:g} s ahead of this service's clock are dropped)",
         )
 
     # -- the loop ---------------------------------------------------------------------
@@ -292,7 +422,7 @@ class Engine:
                 await self.cycle()
             except Exception:  # the loop must survive anything a cycle does wrong
                 log.exception("poll cycle failed unexpectedly")
-            delay = max(0.0, self.options.poll_interval_s - (time.monotonic() - started))
+            delay = self.next_poll_delay(time.monotonic() - started)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay)
 
@@ -307,3 +437,14 @@ class Engine:
         await self.provider.close()
         if self.corroborating is not None:
             await self.corroborating.close()
+
+
+def renumbered(cols: Columns, renumber: IntArray) -> Columns:
+    """``cols`` in the store's new series ids, without the samples of forgotten series."""
+    if len(cols) == 0:
+        return cols
+    sid = renumber[cols.sid]
+    keep = sid >= 0
+    if bool(keep.all()):
+        return Columns(sid, cols.ts, cols.val)
+    return Columns(sid[keep], cols.ts[keep], cols.val[keep])

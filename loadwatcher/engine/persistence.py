@@ -79,6 +79,15 @@ class Persistence:
         if self._fold_error is None:
             self.recovered(f" ({plural(len(pending) - len(added), 'sample')} caught up)")
 
+    def forget(self, renumber: np.ndarray) -> None:
+        """The store forgot idle series and renumbered the rest (``SampleStore.forget_idle``):
+        follow it in the samples waiting to be written and in the journal's series."""
+        if len(self.unwritten):
+            sid = renumber[self.unwritten.sid]
+            keep = sid >= 0
+            self.unwritten = Columns(sid[keep], self.unwritten.ts[keep], self.unwritten.val[keep])
+        self.journal.forget(renumber)
+
     async def fold_wal(self) -> None:
         """The last cycle's WAL into the main file, in the idle time before the next poll:
         inside the commit it would lengthen the write, next to the fetch it would take CPU

@@ -12,7 +12,6 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from loadwatcher.journal import codec
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.pipeline import snapshot
 from loadwatcher.pipeline.snapshot import Snapshot, SnapshotWithoutWindows
@@ -30,9 +29,11 @@ async def restore(
     clock: Callable[[], float],
     retention_s: float,
     serve: Callable[[Snapshot], Awaitable[None]],
+    future_tolerance_s: float,
 ) -> None:
     """Read the open ``journal`` into ``store`` and hand the snapshot to ``serve`` as soon
-    as there is one. Raises JournalError."""
+    as there is one. Samples, and the snapshot, pass the checks fresh samples pass: none
+    more than ``future_tolerance_s`` ahead of the clock. Raises JournalError."""
 
     async def serve_and_say(snap: Snapshot) -> None:
         await serve(snap)
@@ -42,12 +43,18 @@ async def restore(
             plural(len(snap.nodes), "node"),
         )
 
+    # Ahead of the clock only within the tolerance, as for a fresh sample.
+    until = clock() + future_tolerance_s
     saved = await read_saved_snapshot(journal)
+    if saved is not None and saved.taken_at > until:
+        log.warning(
+            "journal snapshot taken %.0f s ahead of the clock, ignoring it",
+            saved.taken_at - clock(),
+        )
+        saved = None
     if isinstance(saved, Snapshot):
         await serve_and_say(saved)
     keep_from = clock() - retention_s
-    # Samples pass the checks fresh ones pass; ahead of the clock only within a tolerance.
-    until = clock() + codec.FUTURE_TOLERANCE_S
     stored = await journal.load_samples(load_from(saved, keep_from, retention_s), until)
     await asyncio.to_thread(store.load, stored.keys, stored.samples)
     if isinstance(saved, SnapshotWithoutWindows):

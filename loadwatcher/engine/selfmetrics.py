@@ -106,7 +106,7 @@ class SelfMetrics:
         )
         # Every label value exported at 0 from the start, so that rate() and alerts see the
         # first increment (a series that appears at 1 has no increase to rate).
-        for reason in ("non_finite", "negative", "over_100", "unparsable"):
+        for reason in ("non_finite", "negative", "over_100", "unparsable", "future"):
             self.samples_dropped.labels(reason)
         for kind in ProviderErrorKind:
             self.provider_errors.labels(str(kind))

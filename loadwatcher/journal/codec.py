@@ -22,10 +22,6 @@ from loadwatcher.pipeline.store import OVER_100_TOLERANCE
 _SID = np.dtype("<i8")
 _F64 = np.dtype("<f8")
 
-# A sample this far ahead of the clock at start is refused: kept, it would hide every fresh
-# sample of its series until the clock caught up (the store takes only newer samples).
-FUTURE_TOLERANCE_S = 60.0
-
 INSERT = "INSERT INTO chunks (ts_min, ts_max, n, sid, ts, val, crc) VALUES (?, ?, ?, ?, ?, ?, ?)"
 
 
@@ -89,6 +85,29 @@ def decode(chunks: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         np.concatenate(vals).astype(np.float64, copy=False),
         damaged,
     )
+
+
+def scrub(rows: list[Any], until: float) -> tuple[list[int], tuple[Any, ...] | None]:
+    """Of chunk rows ``(id, sid, ts, val, crc)``: the ids of those that are damaged or hold
+    an implausible sample, and one chunk (``INSERT``'s parameters) of the plausible samples
+    of the undamaged ones among them, or None when there are none."""
+    bad: list[int] = []
+    fids, tss, vals = [], [], []
+    for row in rows:
+        fid, ts, val, damaged = decode([row[1:]])
+        if damaged:
+            bad.append(int(row[0]))
+            continue
+        sound = plausible(ts, val, until)
+        if bool(sound.all()):
+            continue
+        bad.append(int(row[0]))
+        fids.append(fid[sound])
+        tss.append(ts[sound])
+        vals.append(val[sound])
+    if not fids or sum(f.shape[0] for f in fids) == 0:
+        return bad, None
+    return bad, encode(np.concatenate(fids), np.concatenate(tss), np.concatenate(vals))
 
 
 def plausible(ts: np.ndarray, val: np.ndarray, until: float) -> np.ndarray:

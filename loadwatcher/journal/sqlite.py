@@ -17,7 +17,13 @@ without mixing them up.
 
 Each sample chunk carries a checksum. A read leaves out chunks whose checksum or shape is
 wrong and samples no fresh fetch would keep (``codec.plausible``), and tells ``on_refused``
-what it left out, so that health can say so.
+what it left out, so that health can say so. It also cleans the file of them: the rows are
+replaced by one holding their sound samples, so that a sample written ahead of the clock
+does not come back as a real one once the clock has caught up with it.
+
+Series the store forgets (no sample in the retention: node churn) leave the file with the
+next write (``forget``). File ids are never reused, even across restarts (``meta``
+remembers the next one): an old chunk may still hold a forgotten id.
 
 A failed write (disk full, read-only, I/O error) leaves the connection usable: the next
 write simply tries again, and the engine hands it the samples of the failed ones.
@@ -35,6 +41,7 @@ import contextlib
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiosqlite
 import numpy as np
@@ -45,6 +52,7 @@ from loadwatcher.model import Columns, Resource
 
 _RESOURCES = {str(r): r for r in Resource}
 _PUT_SNAPSHOT = "INSERT OR REPLACE INTO snapshot (id, taken_at, body) VALUES (1, ?, ?)"
+_PUT_NEXT_ID = "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_series_id', ?)"
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,7 @@ class Journal:
         self._lookup = np.empty(0, np.int64)
         self._ids_by_key: dict[tuple[str, Resource], int] = {}
         self._next_id = 0
+        self._doomed: list[int] = []  # file ids of forgotten series, deleted by the next write
 
     @property
     def is_open(self) -> bool:
@@ -125,7 +134,13 @@ class Journal:
             # Series of a resource this version does not know are left alone.
             if (resource := _RESOURCES.get(str(r[2]))) is not None
         }
-        self._next_id = max((int(r[0]) for r in rows), default=-1) + 1
+        async with self._conn().execute(
+            "SELECT value FROM meta WHERE key = 'next_series_id'"
+        ) as cur:
+            saved = await cur.fetchone()
+        remembered = int(saved[0]) if saved and str(saved[0]).isdigit() else 0
+        self._next_id = max(max((int(r[0]) for r in rows), default=-1) + 1, remembered)
+        self._doomed = []
         self._set_file_ids([])
 
     async def _connect_and_check(self) -> None:
@@ -154,7 +169,8 @@ class Journal:
             async with db.execute("SELECT id, node, resource FROM series ORDER BY id") as cur:
                 rows = list(await cur.fetchall())
             async with db.execute(
-                "SELECT sid, ts, val, crc FROM chunks WHERE ts_max >= ? ORDER BY id", (since,)
+                "SELECT id, sid, ts, val, crc FROM chunks WHERE ts_max >= ? ORDER BY id",
+                (since,),
             ) as cur:
                 rows_c = list(await cur.fetchall())
         except sqlite3.Error as exc:
@@ -166,10 +182,50 @@ class Journal:
         ids = np.asarray([int(r[0]) for r in known], np.int64)
         # Off the event loop, which may already be serving the snapshot restored before the
         # samples.
-        samples, refused = await asyncio.to_thread(codec.samples_since, rows_c, ids, since, until)
+        chunks = [row[1:] for row in rows_c]
+        samples, refused = await asyncio.to_thread(codec.samples_since, chunks, ids, since, until)
         if self.on_refused is not None:
             self.on_refused(refused)
+        if refused.damaged_rows or refused.implausible:
+            await self._clean(rows_c, until)
         return StoredSamples(keys, samples, refused)
+
+    async def _clean(self, rows: list[Any], until: float) -> None:
+        """Replace the rows holding damaged or implausible samples by one row of their
+        sound samples. A failure leaves the file as it was: the reads filter anyway."""
+        bad, sound = await asyncio.to_thread(codec.scrub, rows, until)
+        if not bad:
+            return
+        db = self._conn()
+        try:
+            await db.execute("BEGIN IMMEDIATE")
+            try:
+                await db.executemany("DELETE FROM chunks WHERE id = ?", [(i,) for i in bad])
+                if sound is not None:
+                    await db.execute(codec.INSERT, sound)
+                await db.execute("COMMIT")
+            except BaseException:
+                await self._rollback()
+                raise
+        except sqlite3.Error as exc:
+            raise JournalError(f"cannot clean journal {self.path}: {exc}") from exc
+
+    def forget(self, renumber: np.ndarray) -> None:
+        """The store forgot the series whose ``renumber`` entry is -1 and numbered the
+        others afresh (entry = new store id): follow it, and delete the forgotten series
+        from the file with the next write."""
+        mapped = len(self._file_ids)
+        kept = (renumber[:mapped] >= 0).tolist()
+        gone = [fid for fid, keep in zip(self._file_ids, kept, strict=True) if not keep]
+        if not gone:
+            return
+        by_id = {fid: key for key, fid in self._ids_by_key.items()}
+        for fid in gone:
+            key = by_id.get(fid)
+            if key is not None:
+                del self._ids_by_key[key]
+        self._doomed.extend(gone)
+        self._set_file_ids([fid for fid, keep in zip(self._file_ids, kept, strict=True) if keep])
 
     async def write_cycle(
         self,
@@ -191,9 +247,13 @@ class Journal:
         if lookup is None:
             lookup = np.asarray(file_ids, np.int64)
         sid = lookup[added.sid] if len(added) else added.sid
+        doomed = [(fid,) for fid in self._doomed]
         try:
             await db.execute("BEGIN IMMEDIATE")
             try:
+                if doomed:  # first: a forgotten node may come back in this very write
+                    await db.executemany("DELETE FROM series WHERE id = ?", doomed)
+                    await db.execute(_PUT_NEXT_ID, (str(next_id),))
                 if new_series:
                     await db.executemany(
                         "INSERT OR IGNORE INTO series (id, node, resource) VALUES (?, ?, ?)",
@@ -212,6 +272,7 @@ class Journal:
         for fid, node, resource in new_series:
             self._ids_by_key[(node, _RESOURCES[resource])] = fid
         self._next_id = next_id
+        del self._doomed[: len(doomed)]
         if lookup is not self._lookup:
             self._set_file_ids(file_ids, lookup)
 

@@ -10,6 +10,8 @@ Rules, per node and resource, evaluated at ``now`` over the samples the store ho
 - ``disagrees``: a corroborating provider's 5-minute average differs by more than its
   threshold (computed by the engine, passed in here).
 - ``missing``: the provider knows the node (node list) but it has no sample at all.
+- ``untrusted`` nodes (the engine found the last poll's times ahead of the clock: a clock
+  skew) count as ``stale``: their newest samples say nothing about now.
 
 Out-of-range and non-finite samples never get here: the store drops and counts them.
 A node's ``quality`` is its worst resource's, in the order of ``SEVERITY``.
@@ -217,6 +219,7 @@ def analyse(
     thresholds: Thresholds | None = None,
     known_nodes: Iterable[str] = (),
     disagreeing: Mapping[str, set[Resource]] | None = None,
+    untrusted: Iterable[str] = (),
 ) -> Report:
     """Tags for every node that has a sample, plus the nodes in each quality state.
 
@@ -228,6 +231,12 @@ def analyse(
         pairs = {(node, r) for node, resources in disagreeing.items() for r in resources}
         flagged = np.array([sid for sid, key in enumerate(keys) if key in pairs], np.int64)
         codes[flagged[codes[flagged] == SEVERITY[Quality.OK]]] = SEVERITY[Quality.DISAGREES]
+    untrusted = set(untrusted)
+    if untrusted:
+        flagged = np.array([sid for sid, key in enumerate(keys) if key[0] in untrusted], np.int64)
+        codes[flagged] = np.where(
+            codes[flagged] >= 0, np.maximum(codes[flagged], SEVERITY[Quality.STALE]), -1
+        )
     held = np.flatnonzero(codes >= 0)
     series_node = [node for node, _ in compress(keys, (codes >= 0).tolist())]
     nodes = sorted(dict.fromkeys(series_node))

@@ -22,6 +22,8 @@ class ProviderStatus:
     polling: bool = False
     partial_errors: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
+    # While the provider asked for a back-off (Retry-After), when the next poll may start.
+    backoff_until: float | None = None
 
 
 @dataclass
@@ -105,6 +107,11 @@ def evaluate(
     if age is not None and age > max_snapshot_age_s:
         service.append(f"snapshot is {age:.0f} s old (limit {max_snapshot_age_s:.0f} s)")
     service.extend(f"query failed: {e}" for e in provider.partial_errors)
+    if provider.backoff_until is not None and provider.backoff_until > now:
+        service.append(
+            "backing off as the provider asked (Retry-After): next poll in "
+            f"{provider.backoff_until - now:.0f} s"
+        )
     service.extend(provider.notices)
     # Service-level although the data served is right: the next restart starts without
     # history, and only an operator can free the disk or fix the volume.
@@ -155,6 +162,7 @@ def evaluate(
             "lastSuccess": provider.last_success_at,
             "error": provider.error,
             "errorKind": provider.error_kind,
+            "backoffUntil": provider.backoff_until,
         },
         "journal": {
             "enabled": journal.enabled,

@@ -5,12 +5,20 @@ ordered by (series id, time): a series' samples are contiguous and ascending, so
 the analyser need no sort to find each series' newest sample. New samples are merged in
 in one pass per cycle that also drops what fell out of the retention (``add(..., keep_from)``);
 anything not newer than its series' newest sample is a duplicate and ignored.
+
+Time is checked before freshness: a sample later than ``add(..., latest=...)`` (the clock
+plus a tolerance) is dropped as ``future`` and never becomes a series' newest, so one bad
+timestamp cannot make every later real sample look old. ``forget_after`` does the same for
+samples already held when the clock steps back. A series with no sample left in the
+retention is forgotten (``forget_idle``): under node churn the store holds the nodes of
+the retention, not every node ever seen.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import compress
 from typing import Any, Final
 
 import numpy as np
@@ -37,10 +45,18 @@ def unparsable(values: FloatArray) -> BoolArray:
 
 @dataclass(frozen=True)
 class AddResult:
-    """What ``SampleStore.add`` kept and what it refused, by reason."""
+    """What ``SampleStore.add`` kept and what it refused, by reason.
+
+    ``offered`` counts the samples given with a finite time; ``ahead_s`` is the median
+    lead over ``latest``'s clock of those dropped as ``future`` (0 when none), and
+    ``future_nodes`` the nodes they belong to: what a clock skew is judged on.
+    """
 
     added: Columns
     dropped: dict[str, int]
+    offered: int = 0
+    ahead_s: float = 0.0
+    future_nodes: frozenset[str] = frozenset()
 
 
 def _empty_columns() -> Columns:
@@ -98,13 +114,19 @@ class SampleStore:
         return self._newest[: len(self._keys)].copy()
 
     def add(
-        self, parts: Iterable[Series | SeriesBatch], keep_from: float | None = None
+        self,
+        parts: Iterable[Series | SeriesBatch],
+        keep_from: float | None = None,
+        latest: float | None = None,
+        clock: float | None = None,
     ) -> AddResult:
         """Merge new samples in; drop duplicates and values that are not a utilisation.
 
         At equal (series, timestamp) the sample given last wins, as within one answer.
         With ``keep_from``, samples older than it are dropped in the same pass (``trim``):
-        the result still reports every sample that was new.
+        the result still reports every sample that was new. With ``latest``, samples later
+        than it are dropped as ``future`` before anything else looks at them; ``clock``
+        (default ``latest``) is what their lead is measured from.
         """
         batch = _concatenated(parts)
         dropped = {"non_finite": 0, "negative": 0, "over_100": 0}
@@ -122,6 +144,16 @@ class SampleStore:
         bad_ts = ~np.isfinite(ts)
         dropped["non_finite"] += int(bad_ts.sum())
         sid, ts, val = sid[~bad_ts], ts[~bad_ts], val[~bad_ts]
+        offered = int(ts.shape[0])
+        ahead_s, future_nodes = 0.0, frozenset[str]()
+        if latest is not None:
+            future = ts > latest
+            if future.any():
+                dropped["future"] = int(future.sum())
+                lead = ts[future] - (latest if clock is None else clock)
+                ahead_s = float(np.median(lead))
+                future_nodes = frozenset(self._keys[i][0] for i in np.unique(sid[future]))
+                sid, ts, val = sid[~future], ts[~future], val[~future]
         # (series, time) order; a stable sort keeps the last given of equal timestamps last.
         order = np.lexsort((ts, sid))
         sid, ts, val = sid[order], ts[order], val[order]
@@ -147,7 +179,7 @@ class SampleStore:
             self._cols = _merge(self._cols, added)
         else:
             self._cols = merge_trimmed(self._cols, added, keep_from, len(self._keys))
-        return AddResult(added, dropped)
+        return AddResult(added, dropped, offered, ahead_s, future_nodes)
 
     def load(self, keys: list[tuple[str, Resource]], cols: Columns) -> None:
         """Replace the content with samples recovered from the journal: ``keys`` unique (the
@@ -164,6 +196,50 @@ class SampleStore:
         held = len(self._cols)
         self._cols = _since(self._cols, before)
         return held - len(self._cols)
+
+    def forget_after(self, latest: float) -> int:
+        """Forget samples later than ``latest`` (the clock stepped back past them): kept,
+        they would hide every sample of their series until the clock caught up. Returns
+        how many were dropped."""
+        n = len(self._keys)
+        if n == 0 or not bool((self._newest[:n] > latest).any()):
+            return 0
+        keep = self._cols.ts <= latest
+        dropped = int(keep.shape[0] - np.count_nonzero(keep))
+        self._cols = Columns(self._cols.sid[keep], self._cols.ts[keep], self._cols.val[keep])
+        self._newest[:n] = -np.inf
+        if len(self._cols):
+            np.maximum.at(self._newest, self._cols.sid, self._cols.ts)
+        return dropped
+
+    def idle_series(self, keep_from: float) -> int:
+        """How many series have no sample from ``keep_from`` on."""
+        return int(np.count_nonzero(self._newest[: len(self._keys)] < keep_from))
+
+    def forget_idle(self, keep_from: float) -> IntArray | None:
+        """Forget the series with no sample from ``keep_from`` on and number the others
+        afresh, in their old order. Returns the new id of every old id (-1: forgotten), for
+        whoever holds series ids (the journal, unwritten samples); None when nothing was
+        forgotten. Samples older than ``keep_from`` go too."""
+        n = len(self._keys)
+        alive = self._newest[:n] >= keep_from
+        if bool(alive.all()):
+            return None
+        self._cols = _since(self._cols, keep_from)
+        renumber = np.where(alive, np.cumsum(alive) - 1, -1).astype(np.int64)
+        self._keys = list(compress(self._keys, alive.tolist()))
+        self._index = {key: i for i, key in enumerate(self._keys)}
+        newest = self._newest[:n][alive]
+        self._newest = np.full(max(16, len(self._keys)), -np.inf)
+        self._newest[: len(self._keys)] = newest
+        if len(self._cols):
+            self._cols = Columns(renumber[self._cols.sid], self._cols.ts, self._cols.val)
+        return renumber
+
+    def count_new(self, keys: Iterable[tuple[str, Resource]]) -> int:
+        """How many distinct ``keys`` the store does not hold yet."""
+        index = self._index
+        return len({key for key in keys if key not in index})
 
 
 def _concatenated(parts: Iterable[Series | SeriesBatch]) -> SeriesBatch:

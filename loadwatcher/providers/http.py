@@ -1,15 +1,24 @@
-"""HTTP plumbing shared by the HTTP backends: TLS, bearer tokens, timeouts, error mapping.
+"""HTTP plumbing shared by the HTTP backends: TLS, bearer tokens, timeouts, answer size,
+error mapping.
 
 Every aiohttp exception and every unusable answer is translated here into a
 ``ProviderError`` with a kind, so providers deal only in parsed JSON (or, for those that
-parse bytes themselves, in the body of a successful answer).
+parse bytes themselves, in the body of a successful answer). An answer is read chunk by
+chunk and refused as soon as it exceeds ``provider.max_answer_bytes``: a backend that
+answers a gigabyte must not get a gigabyte into memory. A 429 or 503 carries its
+``Retry-After`` on the error, for the caller to wait that long.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime
+import email.utils
+import math
 import os
+import re
 import ssl
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +27,12 @@ import aiohttp
 import orjson
 
 from loadwatcher.config.settings import ProviderSettings
+from loadwatcher.config.spec import DEFAULT_MAX_ANSWER_BYTES
 from loadwatcher.errors import ProviderError, ProviderErrorKind
+from loadwatcher.words import plural
+
+MAX_ANSWER_SETTING = "provider.max_answer_bytes"
+_DELTA_SECONDS = re.compile(r"[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -35,10 +49,11 @@ class HttpSettings:
     # token is sent as the password of HTTP Basic auth (InfluxDB 1.x users).
     auth_scheme: str = "Bearer"
     username: str = ""
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
 
     @classmethod
     def of(cls, provider: ProviderSettings) -> HttpSettings:
-        """The ``provider`` section's address, credentials, TLS and timeout."""
+        """The ``provider`` section's address, credentials, TLS, timeout and answer size."""
         return cls(
             address=provider.address,
             token=provider.token,
@@ -46,6 +61,7 @@ class HttpSettings:
             ca_file=provider.ca_file,
             insecure_skip_verify=provider.insecure_skip_verify,
             timeout_s=provider.timeout_s,
+            max_answer_bytes=provider.max_answer_bytes,
         )
 
 
@@ -97,6 +113,16 @@ class RawAnswer:
         return _not_json(self.url, self.status, query)
 
 
+@dataclass(frozen=True)
+class _Reply:
+    """Any answer: what ``_decode`` needs to accept it or say why not."""
+
+    url: str
+    status: int
+    body: bytes
+    retry_after: str | None  # the raw Retry-After header
+
+
 class HttpBackend:
     """A session to one backend with JSON GET/POST that raise only ProviderError."""
 
@@ -135,8 +161,7 @@ class HttpBackend:
         query: str | None = None,
     ) -> Any:
         """Send one request and return the decoded JSON body; map every failure."""
-        url, status, body = await self._send(method, path, params, data, query)
-        return _decode(status, body, url, query)
+        return _decode(await self._send(method, path, params, data, query), query)
 
     async def request_bytes(
         self,
@@ -150,10 +175,10 @@ class HttpBackend:
         """Send one request and return a 2xx answer's body undecoded, for callers that parse
         bytes themselves; every other answer fails as with ``request_json`` (its body is
         decoded only then, for the error message)."""
-        url, status, body = await self._send(method, path, params, data, query)
-        if status >= 300:
-            _decode(status, body, url, query)  # raises: every status from 300 on is an error
-        return RawAnswer(url, status, body)
+        reply = await self._send(method, path, params, data, query)
+        if reply.status >= 300:
+            _decode(reply, query)  # raises: every status from 300 on is an error
+        return RawAnswer(reply.url, reply.status, reply.body)
 
     async def _send(
         self,
@@ -162,14 +187,15 @@ class HttpBackend:
         params: Mapping[str, str] | None,
         data: Mapping[str, str] | None,
         query: str | None,
-    ) -> tuple[str, int, bytes]:
+    ) -> _Reply:
         url = self.settings.address + path
         session = self._open()
         try:
             async with session.request(
                 method, url, params=params, data=data, headers=self._headers()
             ) as resp:
-                return url, resp.status, await resp.read()
+                body = await read_bounded(resp, self.settings.max_answer_bytes, url, query)
+                return _Reply(url, resp.status, body, resp.headers.get("Retry-After"))
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise transport_error(exc, url, self.settings, query) from exc
 
@@ -177,6 +203,72 @@ class HttpBackend:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+async def read_bounded(
+    resp: aiohttp.ClientResponse, limit: int, where: str, query: str | None = None
+) -> bytes:
+    """The body of ``resp``, or ProviderError ``too_large`` once it exceeds ``limit`` bytes.
+
+    The limit is on the decoded bytes (what memory holds). An answer whose Content-Length is
+    already over it is refused before reading; otherwise reading stops at the first chunk
+    past it. Either way the connection is closed, so the rest of the body is never read.
+    """
+    announced = resp.content_length
+    encoded = resp.headers.get("Content-Encoding", "identity").lower() != "identity"
+    # A compressed answer's Content-Length is not its decoded size: only the reading tells.
+    if announced is not None and announced > limit and not encoded:
+        resp.close()
+        raise too_large(where, limit, query, announced=announced)
+    chunks: list[bytes] = []
+    total = 0
+    async for chunk in resp.content.iter_any():
+        total += len(chunk)
+        if total > limit:
+            chunks.clear()
+            resp.close()
+            raise too_large(where, limit, query)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def too_large(
+    where: str, limit: int, query: str | None = None, *, announced: int | None = None
+) -> ProviderError:
+    """The ProviderError for an answer from ``where`` over ``provider.max_answer_bytes``."""
+    said = f" (Content-Length {announced})" if announced is not None else ""
+    return ProviderError(
+        ProviderErrorKind.TOO_LARGE,
+        f"{where} answered more than {size_text(limit)}{said} ({MAX_ANSWER_SETTING}); refused",
+        query=query,
+    )
+
+
+def size_text(count: int) -> str:
+    """``64 MiB``, ``512 KiB``, or ``1000 bytes`` when not a whole number of either."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale and count % scale == 0:
+            return f"{count // scale} {unit}"
+    return plural(count, "byte")
+
+
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (RFC 9110 §10.2.3): delta-seconds or an
+    HTTP-date (0 when already past); None when absent or unusable."""
+    if value is None:
+        return None
+    text = value.strip()
+    if _DELTA_SECONDS.fullmatch(text):
+        seconds = float(text)  # float: a long run of digits is inf, not an error
+        return seconds if math.isfinite(seconds) else None
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # asctime's form has no zone; every HTTP-date is in GMT
+        when = when.replace(tzinfo=datetime.UTC)
+    wait = when.timestamp() - (time.time() if now is None else now)
+    return max(0.0, wait)
 
 
 def transport_error(
@@ -200,7 +292,8 @@ def transport_error(
     )
 
 
-def _decode(status: int, body: bytes, url: str, query: str | None) -> Any:
+def _decode(reply: _Reply, query: str | None) -> Any:
+    url, status, body = reply.url, reply.status, reply.body
     try:
         doc = orjson.loads(body) if body else None
     except orjson.JSONDecodeError:
@@ -217,15 +310,32 @@ def _decode(status: int, body: bytes, url: str, query: str | None) -> Any:
             f"{url} rejected the query: {_message(doc, body)}",
             query=query,
         )
-    if status >= 500:
+    if status == 429:
+        wait = retry_after_seconds(reply.retry_after)
         raise ProviderError(
-            ProviderErrorKind.SERVER, f"{url} answered {status}: {_message(doc, body)}", query=query
+            ProviderErrorKind.RATE_LIMITED,
+            f"{url} answered 429{retry_after_text(wait)}",
+            query=query,
+            retry_after_s=wait,
+        )
+    if status >= 500:
+        wait = retry_after_seconds(reply.retry_after) if status == 503 else None
+        raise ProviderError(
+            ProviderErrorKind.SERVER,
+            f"{url} answered {status}: {_message(doc, body)}{retry_after_text(wait)}",
+            query=query,
+            retry_after_s=wait,
         )
     if status >= 300:
         raise ProviderError(ProviderErrorKind.BAD_RESPONSE, f"{url} answered {status}", query=query)
     if doc is None:
         raise _not_json(url, status, query)
     return doc
+
+
+def retry_after_text(wait: float | None) -> str:
+    """`` (Retry-After 30 s)`` for a message, or nothing without a usable header."""
+    return "" if wait is None else f" (Retry-After {math.ceil(wait)} s)"
 
 
 def _not_json(url: str, status: int, query: str | None) -> ProviderError:

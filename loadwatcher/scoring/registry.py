@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -65,6 +65,11 @@ class Plugin(Generic[A]):
     fallback: Callable[[Pod], bool] | None = None
     windows: Callable[[A], frozenset[str]] | None = None
     aliases: tuple[str, ...] = ()  # other accepted spellings besides name and short
+    # Upstream argument keys scoring does not read. ``inert_args`` change how the plugin
+    # reaches its data, not the score (any value is accepted); ``unsupported_args`` would
+    # change the score in ways not implemented here (accepted only unset: null, false, empty).
+    inert_args: frozenset[str] = frozenset()
+    unsupported_args: frozenset[str] = frozenset()
 
     @property
     def spellings(self) -> tuple[str, ...]:
@@ -138,9 +143,55 @@ def get(name: str) -> Plugin[Any]:
 
 
 def parse_plugin_args(name: str, raw: Any) -> Any:
-    """Typed arguments for plugin ``name`` from its upstream JSON form (None = defaults)."""
+    """Typed arguments for plugin ``name`` from its upstream JSON form (None = defaults).
+
+    Strict, as kube-scheduler decodes its configuration: a key the plugin's ``parse_args``
+    never looks at is refused with its path, so that a typo cannot silently leave an
+    argument at its default."""
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
         raise ValueError(f"{name} args: expected a mapping")
-    return get(name).parse_args(raw)
+    plugin = get(name)
+    seen = _Watched(raw)
+    args = plugin.parse_args(seen)
+    for key in sorted(plugin.unsupported_args & set(raw)):
+        if raw[key]:
+            raise ValueError(
+                f"{name} args.{key}: not supported by this scorer (only unset), got {raw[key]!r}"
+            )
+    allowed = seen.asked | plugin.inert_args | plugin.unsupported_args | _TYPE_META
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        known = ", ".join(sorted(allowed - _TYPE_META))
+        raise ValueError(f"{name} args.{unknown[0]}: unknown key (known: {known})")
+    return args
+
+
+# A pluginConfig entry's args may carry their own type (``apiVersion``, ``kind``).
+_TYPE_META = frozenset({"apiVersion", "kind"})
+
+
+class _Watched(Mapping[str, Any]):
+    """A read-only mapping that remembers which keys were asked for."""
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        self._raw = raw
+        self.asked: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        self.asked.add(key)
+        return self._raw[key]
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            self.asked.add(key)
+        return key in self._raw
+
+    def __iter__(self) -> Iterator[str]:
+        # Whoever walks every key takes them all as known.
+        self.asked.update(self._raw)
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)

@@ -368,6 +368,22 @@ async def test_flux_avg_std_agree_with_the_raw_points(aiohttp_server) -> None:
     )
 
 
+async def test_flux_answer_over_the_size_cap_is_refused(aiohttp_server) -> None:
+    """The rows kept from a streamed Flux answer are bounded by provider.max_answer_bytes."""
+    end = math.floor(time.time()) - 5
+    fake = FakeInflux2(points=telegraf_points(20, end))
+    engine = flux_engine(
+        await start_fake(aiohttp_server, fake), LOADWATCHER_PROVIDER_MAX_ANSWER_BYTES="4KiB"
+    )
+    try:
+        await engine.cycle(float(end))
+    finally:
+        await engine.close()
+    assert engine.current is None
+    assert engine.provider_status.error_kind == "too_large"
+    assert "more than 85 rows (provider.max_answer_bytes)" in str(engine.provider_status.error)
+
+
 async def test_flux_incremental_fetch_asks_only_for_new_points(aiohttp_server) -> None:
     end = math.floor(time.time()) - 100
     fake = FakeInflux2(points=telegraf_points(2, end, span_s=1100))

@@ -6,6 +6,7 @@ import json
 import os
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -119,6 +120,35 @@ def test_the_service_will_not_start_with_an_empty_token_file(tmp_path) -> None:
         "loadwatcher: bad configuration: server.auth_token_file: "
         f"{path} holds no token: every request would be refused"
     ]
+
+
+def test_config_check_refuses_an_empty_token_file_as_serve_would(tmp_path) -> None:
+    path = tmp_path / "tokens"
+    path.write_text("\n# none\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOADWATCHER_", "METRICS_"))}
+    env["LOADWATCHER_SERVER_AUTH_TOKEN_FILE"] = str(path)
+    done = subprocess.run(
+        [sys.executable, "-m", "loadwatcher", "config", "check"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "loadwatcher: bad configuration: server.auth_token_file: "
+        f"{path} holds no token: every request would be refused"
+    ]
+    path.write_text("a-token\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "loadwatcher", "config", "check"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and "a-token" not in done.stdout
 
 
 def test_certificate_is_reloaded_when_it_changes(tmp_path) -> None:

@@ -140,6 +140,11 @@ def _api_error(exc: ApiException, address: str, bucket: str, query: str) -> Prov
     return ProviderError(kind, text, query=query)
 
 
+# The shortest annotated-CSV record Flux writes for a point:
+# ``,_result,0,<RFC 3339 time>,<value>,<host>``.
+_MIN_ROW_BYTES = 48
+
+
 class FluxBackend:
     """Reads points with Flux through ``InfluxDBClientAsync``."""
 
@@ -172,7 +177,21 @@ class FluxBackend:
         address = self.http.address
         try:
             stream = await client.query_api().query_stream(query, org=self.org)
-            return [tuple(rec.values.get(c) for c in columns) async for rec in stream]
+            # The client parses the CSV as it streams in; the rows kept are what must be
+            # bounded. A row is at least this many bytes of CSV, so the cap on the answer's
+            # bytes becomes a cap on its rows.
+            most = max(1, self.http.max_answer_bytes // _MIN_ROW_BYTES)
+            rows: list[tuple[Any, ...]] = []
+            async for rec in stream:
+                if len(rows) >= most:
+                    raise ProviderError(
+                        ProviderErrorKind.TOO_LARGE,
+                        f"{address}/api/v2/query answered more than {most} rows "
+                        "(provider.max_answer_bytes); refused",
+                        query=query,
+                    )
+                rows.append(tuple(rec.values.get(c) for c in columns))
+            return rows
         except ApiException as exc:
             raise _api_error(exc, address, self.bucket, query) from exc
         except FluxQueryException as exc:

@@ -82,6 +82,7 @@ def _build(settings: Settings, kube: KubeSettings) -> Provider:
         context=kube.context,
         timeout_s=settings.provider.timeout_s,
         page_size=kube.page_size,
+        max_answer_bytes=settings.provider.max_answer_bytes,
     )
     return MetricsServerProvider(
         KubeClient(access), MetricsServerOptions(kube.percent_of, kube.node_list_interval_s)

@@ -23,6 +23,7 @@ from kubernetes_asyncio.config.incluster_config import (
     InClusterConfigLoader,
 )
 
+from loadwatcher.config.spec import DEFAULT_MAX_ANSWER_BYTES
 from loadwatcher.errors import ConfigError
 
 __all__ = ["NOT_IN_CLUSTER", "KubeAccess", "NotInClusterError", "open_client"]
@@ -47,12 +48,14 @@ class KubeAccess:
     ``kubeconfig`` empty means in-cluster: ``token_file`` and ``ca_file`` are the service
     account's mount, and ``environ`` (None: the process environment, read when the client is
     built) gives ``KUBERNETES_SERVICE_HOST`` and ``KUBERNETES_SERVICE_PORT``.
+    ``max_answer_bytes`` bounds each answer (one list page), as ``provider.max_answer_bytes``.
     """
 
     kubeconfig: str = ""
     context: str = ""
     timeout_s: float = 10.0
     page_size: int = 500
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
     token_file: str = SERVICE_TOKEN_FILENAME
     ca_file: str = SERVICE_CERT_FILENAME
     environ: Mapping[str, str] | None = None

@@ -2,13 +2,16 @@
 
 Auth is ``kubernetes_asyncio``'s, loaded by ``access.py``. The service-account token is
 re-read whenever its file changes (kubelet rotates it; the library re-reads it only now and
-then), and a 401 rebuilds the client once. Answers are read unparsed and decoded by orjson;
-lists follow ``metadata.continue`` and restart once when the continue token expired (410).
+then), and a 401 rebuilds the client once. Answers are read unparsed, at most
+``max_answer_bytes`` of each (as ``http.read_bounded`` reads), and decoded by orjson; lists
+follow ``metadata.continue`` and restart once when the continue token expired (410). A 429
+(API Priority and Fairness) or 503 carries its ``Retry-After`` on the error.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -16,7 +19,12 @@ import orjson
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from loadwatcher.errors import ConfigError, ProviderError, ProviderErrorKind
-from loadwatcher.providers.http import TokenSource
+from loadwatcher.providers.http import (
+    TokenSource,
+    read_bounded,
+    retry_after_seconds,
+    retry_after_text,
+)
 from loadwatcher.providers.kube.access import KubeAccess, open_client
 
 __all__ = ["KubeAccess", "KubeClient", "list_page", "status_error"]
@@ -45,8 +53,11 @@ def _resource(what: str) -> str:
     return parts[-1]
 
 
-def status_error(status: int, body: bytes, what: str) -> ProviderError:
-    """The ProviderError for a non-2xx answer, with the API's own ``Status`` message."""
+def status_error(
+    status: int, body: bytes, what: str, retry_after: str | None = None
+) -> ProviderError:
+    """The ProviderError for a non-2xx answer, with the API's own ``Status`` message;
+    ``retry_after`` is the answer's ``Retry-After`` header, kept on a 429 or 503."""
     try:
         doc = orjson.loads(body) if body else None
     except orjson.JSONDecodeError:
@@ -68,9 +79,28 @@ def status_error(status: int, body: bytes, what: str) -> ProviderError:
         )
     if status == 404:
         return ProviderError(ProviderErrorKind.NOT_FOUND, f"{what}: 404 Not Found ({detail})")
+    if status == 429:
+        wait = retry_after_seconds(retry_after)
+        return ProviderError(
+            ProviderErrorKind.RATE_LIMITED,
+            f"{what}: 429 Too Many Requests{retry_after_text(wait)} ({detail})",
+            retry_after_s=wait,
+        )
     if status >= 500:
-        return ProviderError(ProviderErrorKind.SERVER, f"{what}: {status} ({detail})")
+        wait = retry_after_seconds(retry_after) if status == 503 else None
+        return ProviderError(
+            ProviderErrorKind.SERVER,
+            f"{what}: {status}{retry_after_text(wait)} ({detail})",
+            retry_after_s=wait,
+        )
     return ProviderError(ProviderErrorKind.BAD_RESPONSE, f"{what}: {status} ({detail})")
+
+
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    body: bytes
+    retry_after: str | None  # the raw Retry-After header
 
 
 class KubeClient:
@@ -107,7 +137,7 @@ class KubeClient:
             self._api = api
         return self._api
 
-    async def _get(self, path: str, params: list[tuple[str, str]]) -> tuple[int, bytes, ApiClient]:
+    async def _get(self, path: str, params: list[tuple[str, str]]) -> tuple[_Answer, ApiClient]:
         api = await self._client()
         what = f"GET {path}"
         try:
@@ -121,7 +151,8 @@ class KubeClient:
                 _request_timeout=self.settings.timeout_s,
             )
             async with resp:
-                return resp.status, await resp.read(), api
+                body = await read_bounded(resp, self.settings.max_answer_bytes, what)
+                return _Answer(resp.status, body, resp.headers.get("Retry-After")), api
         except TimeoutError as exc:
             raise ProviderError(
                 ProviderErrorKind.TIMEOUT,
@@ -136,19 +167,20 @@ class KubeClient:
 
     async def get_json(self, path: str, params: list[tuple[str, str]]) -> tuple[int, Any]:
         """``(status, decoded body)``; a 401 rebuilds the client and tries once more."""
-        status, body, api = await self._get(path, params)
-        if status == 401:
+        answer, api = await self._get(path, params)
+        if answer.status == 401:
             # Credentials may have rotated: retry once with a freshly configured client.
             if self._api is api:
                 self._api = None
                 self._retired.append(api)
-            status, body, _ = await self._get(path, params)
+            answer, _ = await self._get(path, params)
+        status = answer.status
         if status == 410:
             return status, None
         if not 200 <= status < 300:
-            raise status_error(status, body, f"GET {path}")
+            raise status_error(status, answer.body, f"GET {path}", answer.retry_after)
         try:
-            return status, orjson.loads(body)
+            return status, orjson.loads(answer.body)
         except orjson.JSONDecodeError as exc:
             raise ProviderError(
                 ProviderErrorKind.BAD_RESPONSE,

@@ -266,6 +266,18 @@ def _score(cluster: Cluster, pod: Pod, args: Args, keep: BoolArray) -> BatchScor
 
 PLUGIN = Plugin(
     name=NAME,
+    unsupported_args=frozenset(
+        {
+            "prodUsageThresholds",
+            "prodUsageIncludeSys",
+            "scoreAccordingProdUsage",
+            "estimator",
+            "estimatedSecondsAfterPodScheduled",
+            "estimatedSecondsAfterInitialized",
+            "allowCustomizeEstimation",
+            "supportedResources",
+        }
+    ),
     short="LoadAware",
     order=40,
     parse_args=parse_args,

@@ -225,6 +225,7 @@ def _score(cluster: Cluster, pod: Pod, args: Args, keep: BoolArray) -> BatchScor
 
 PLUGIN = Plugin(
     name=NAME,
+    inert_args=frozenset({"metricProvider", "watcherAddress"}),
     short="LVRB",
     order=20,
     parse_args=parse_args,

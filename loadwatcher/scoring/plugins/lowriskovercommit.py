@@ -251,6 +251,7 @@ def _fallback(pod: Pod) -> bool:
 
 PLUGIN = Plugin(
     name=NAME,
+    inert_args=frozenset({"metricProvider", "watcherAddress"}),
     short="LROC",
     order=30,
     parse_args=parse_args,

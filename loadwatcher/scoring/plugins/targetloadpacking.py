@@ -205,6 +205,7 @@ def _score(cluster: Cluster, pod: Pod, args: Args, keep: BoolArray) -> BatchScor
 
 PLUGIN = Plugin(
     name=NAME,
+    inert_args=frozenset({"metricProvider", "watcherAddress"}),
     short="TLP",
     order=10,
     parse_args=parse_args,

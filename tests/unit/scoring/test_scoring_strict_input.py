@@ -24,6 +24,7 @@ from loadwatcher.scoring import inputs
 from loadwatcher.scoring.cases import run_case, run_case_file
 from loadwatcher.scoring.cli import main
 from loadwatcher.scoring.pods import SUBSET_KEYS, parse_pod
+from loadwatcher.scoring.registry import parse_plugin_args
 
 NOW = 1_700_000_000
 RES = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1"}}
@@ -437,3 +438,50 @@ def test_kubectl_list_bad_pod_status(tmp_path: Path, status: Any, message: str) 
     with pytest.raises(ValueError) as info:
         inputs.read_nodes(path, None, None, NOW)
     assert str(info.value).startswith(f"{path}: {message}")
+
+
+@pytest.mark.parametrize(
+    ("plugin", "args", "message"),
+    [
+        (
+            "TargetLoadPacking",
+            {"targetUtilisation": 40},
+            "TargetLoadPacking args.targetUtilisation: unknown key (known: defaultRequests, "
+            "defaultRequestsMultiplier, metricProvider, targetUtilization, watcherAddress)",
+        ),
+        (
+            "NodeResourcesAllocatable",
+            {"mode": "Least", "resource": []},
+            "NodeResourcesAllocatable args.resource: unknown key (known: mode, resources)",
+        ),
+        (
+            "LoadAwareScheduling",
+            {"scoreAccordingProdUsage": True},
+            "LoadAwareScheduling args.scoreAccordingProdUsage: not supported by this scorer "
+            "(only unset), got True",
+        ),
+    ],
+)
+def test_plugin_args_are_strict(plugin: str, args: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        parse_plugin_args(plugin, args)
+    assert str(refused.value) == message
+
+
+def test_plugin_args_as_upstream_configuration_writes_them_are_accepted() -> None:
+    """A pluginConfig entry's args with their type and the Trimaran data-source fields."""
+    args = parse_plugin_args(
+        "TargetLoadPacking",
+        {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "TargetLoadPackingArgs",
+            "watcherAddress": "http://load-watcher:2020",
+            "metricProvider": {"type": "Prometheus"},
+            "targetUtilization": 70,
+        },
+    )
+    assert args.target_utilization == 70
+    aware = parse_plugin_args(
+        "LoadAwareScheduling", {"scoreAccordingProdUsage": False, "prodUsageThresholds": {}}
+    )
+    assert dict(aware.usage_thresholds) == {"cpu": 65, "memory": 95}
