@@ -265,7 +265,7 @@ async def test_node_churn_leaves_memory_and_the_journal_flat(tmp_path: Path) -> 
     assert isinstance(series_rows, int) and series_rows <= max(sizes)
     assert ("stay", Resource.CPU) in e.store.keys
     assert e.current is not None and "stay" in e.current.snapshot.nodes
-    ids = {r[0] for r in _rows(db, "SELECT id FROM series")}
+    ids = {int(str(r[0])) for r in _rows(db, "SELECT id FROM series")}
     await e.close()
     # A restart neither reuses an id an old chunk may hold nor loses the nodes still live.
     again = _engine(db, Hostile(["stay"]), retention_s=150.0, clock=lambda: T0 + 15 * 59)
