@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -21,7 +23,15 @@ from loadwatcher.http import api, edge
 from loadwatcher.http.security import TlsReloader, TokenFile
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.pipeline import analysis
+from loadwatcher.providers import influxdb as influxdb_provider
+from loadwatcher.providers import prometheus as prometheus_provider
+from loadwatcher.providers import push as push_provider
 from loadwatcher.providers import registry
+from loadwatcher.providers.push.buffer import PushBuffer
+from loadwatcher.providers.push.provider import PushProvider
+
+if TYPE_CHECKING:
+    from loadwatcher.http import push as push_http
 
 log = logging.getLogger("loadwatcher")
 
@@ -45,6 +55,15 @@ async def _reload_tls(tls: TlsReloader, stop: asyncio.Event) -> None:
 def build_engine(settings: Settings) -> Engine:
     journal = Journal(settings.journal.path) if settings.journal.path else None
     a = settings.analysis
+    provider = registry.build_provider(settings)
+    push = settings.section(push_provider.SECTION)
+    if push.receive and not isinstance(provider, PushProvider):
+        provider = PushProvider(
+            PushBuffer(push_provider.buffer_limit(push)),
+            poller=provider,
+            poll_interval_s=settings.poll.interval_s,
+        )
+    receiving = isinstance(provider, PushProvider)
     options = EngineOptions(
         poll_interval_s=settings.poll.interval_s,
         retention_s=settings.journal.retention_s,
@@ -54,9 +73,10 @@ def build_engine(settings: Settings) -> Engine:
         max_bad_node_share=settings.health.max_bad_node_share,
         future_tolerance_s=a.future_tolerance_s,
         max_new_series=settings.provider.max_new_series,
+        cycle_interval_s=push.publish_interval_s if receiving else None,
     )
     engine = Engine(
-        registry.build_provider(settings),
+        provider,
         journal,
         options,
         registry.metric_names(settings),
@@ -66,6 +86,67 @@ def build_engine(settings: Settings) -> Engine:
     # the wire `source` keeps the Go load-watcher's spelling (Prometheus, ...).
     engine.provider_status.name = settings.provider.name
     return engine
+
+
+def build_receiver(settings: Settings, engine: Engine) -> push_http.Receiver | None:
+    """The push endpoints' state when the engine's provider receives pushes, else None."""
+    provider = engine.provider
+    if not isinstance(provider, PushProvider):
+        return None
+    # Imported only when receiving: a polling service's start does not pay for them.
+    from loadwatcher.http import push as push_http
+    from loadwatcher.providers.influxdb.telegraf import parse_tag_filter
+    from loadwatcher.push.mapping import (
+        LineProtocolMapping,
+        RemoteWriteMapping,
+        RemoteWriteReceiver,
+    )
+
+    push = settings.section(push_provider.SECTION)
+    prom = settings.section(prometheus_provider.SECTION)
+    influx = settings.section(influxdb_provider.SECTION)
+    remote = RemoteWriteReceiver(
+        RemoteWriteMapping(
+            cpu_metric=prom.cpu_query,
+            memory_metric=prom.memory_query,
+            node_label=prom.node_label,
+            strip_port=prom.strip_port,
+            scale=prom.scale,
+            raw_node_exporter=push.raw_node_exporter,
+            replica_label=push.replica_label,
+            cluster_label=push.cluster_label,
+        ),
+        failover_timeout_s=push.ha_failover_s,
+    )
+    line = LineProtocolMapping(
+        host_tag=influx.host_tag,
+        cpu_measurement=influx.cpu_measurement,
+        cpu_field=influx.cpu_field,
+        cpu_field_is_idle=influx.cpu_field_is_idle,
+        cpu_tags=tuple(parse_tag_filter(influx.cpu_filter)),
+        memory_measurement=influx.memory_measurement,
+        memory_field=influx.memory_field,
+        memory_tags=tuple(parse_tag_filter(influx.memory_filter)),
+        scale=influx.scale,
+    )
+    limits = push_http.Limits(
+        push.max_body_bytes,
+        push.max_series_per_request,
+        push.max_samples_per_s,
+        push.publish_interval_s,
+    )
+    tokens = TokenFile(push.token_file) if push.token_file else None
+    receiver = push_http.Receiver(
+        provider.buffer, remote, line, limits, engine.metrics, tokens, clock=engine.clock
+    )
+
+    def published() -> None:
+        arrival = provider.last_oldest_arrival
+        if arrival is not None:
+            engine.metrics.push_publish_lag.observe(time.monotonic() - arrival)
+
+    engine.on_published = published
+    return receiver
 
 
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
@@ -82,7 +163,14 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     if server.tls_cert_file and server.tls_key_file:
         tls = TlsReloader(server.tls_cert_file, server.tls_key_file)
     engine = build_engine(settings)
-    app = api.make_app(engine, tokens=tokens, protect_metrics=server.auth_metrics)
+    receiver = build_receiver(settings, engine)
+    if receiver is not None and receiver.tokens is not None:
+        receiver.tokens.require("push.token_file")  # before anything starts: exit 2
+    elif receiver is not None:
+        log.warning("push endpoints open: anyone who reaches the port can write (push.token_file)")
+    app = api.make_app(
+        engine, tokens=tokens, protect_metrics=server.auth_metrics, receiver=receiver
+    )
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
     reloader: asyncio.Task[None] | None = None

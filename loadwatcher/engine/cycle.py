@@ -73,6 +73,9 @@ class EngineOptions:
     max_bad_node_share: float = health.DEFAULT_MAX_BAD_NODE_SHARE
     future_tolerance_s: float = DEFAULT_FUTURE_TOLERANCE_S
     max_new_series: int = DEFAULT_MAX_NEW_SERIES
+    # Cycles run this often when set (push: publish what arrived every few seconds), and a
+    # cycle that brought nothing new skips publishing until a poll interval has passed.
+    cycle_interval_s: float | None = None
 
     @property
     def max_snapshot_age_s(self) -> float:
@@ -115,6 +118,8 @@ class Engine:
         )
         self._transitions = TransitionLog()
         self._idle_work: asyncio.Future[None] | None = None
+        # Called after each publication (push: the lag from arrival to publication).
+        self.on_published: Callable[[], None] | None = None
 
     # -- start-up ---------------------------------------------------------------------
 
@@ -175,6 +180,8 @@ class Engine:
             return
         result = outcome
         self._back_off(result.errors, now)
+        if self._nothing_new(result, now):
+            return
         status.ok, status.error, status.error_kind = True, None, None
         status.last_success_at = now
         status.partial_errors = [str(e) for e in result.errors]
@@ -206,6 +213,8 @@ class Engine:
             await persist
             raise
         self.current = pub
+        if self.on_published is not None:
+            self.on_published()
         self._idle_work = asyncio.ensure_future(self._do_idle_work())
         self._log_quality()
         self._log_health(now)
@@ -218,6 +227,15 @@ class Engine:
                 keep_from=now - self.options.retention_s,
                 latest=now + self.options.future_tolerance_s,
             )
+
+    def _nothing_new(self, result: FetchResult, now: float) -> bool:
+        """With ``cycle_interval_s`` (push), a cycle without samples or errors publishes only
+        when the snapshot is a poll interval old: the tags must still age (stale nodes)."""
+        if self.options.cycle_interval_s is None or self.current is None:
+            return False
+        if result.series or result.errors or any(len(b.keys) for b in result.batches):
+            return False
+        return now - self.current.snapshot.taken_at < self.options.poll_interval_s
 
     def _back_off(self, errors: list[ProviderError], now: float) -> None:
         """Honour the longest ``Retry-After`` among ``errors`` (429, 503): the next poll
@@ -244,7 +262,7 @@ class Engine:
     def next_poll_delay(self, elapsed: float) -> float:
         """Seconds from now to the next poll: the interval less the cycle's time, or longer
         while the provider asked for a back-off."""
-        delay = self.options.poll_interval_s - elapsed
+        delay = (self.options.cycle_interval_s or self.options.poll_interval_s) - elapsed
         until = self.provider_status.backoff_until
         if until is not None:
             delay = max(delay, until - self.clock())

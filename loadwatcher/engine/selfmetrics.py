@@ -104,6 +104,27 @@ class SelfMetrics:
             buckets=_FAST_BUCKETS,
             registry=r,
         )
+        # Push ingestion (only used while receiving): samples by what became of them,
+        # requests by route and status, and the lag from arrival to publication.
+        self.push_samples = Counter(
+            "loadwatcher_push_samples",
+            "Pushed samples: received, accepted (handed to the store), or discarded by reason",
+            ["outcome"],
+            registry=r,
+        )
+        self.push_requests = Counter(
+            "loadwatcher_push_requests",
+            "Push requests, by route and HTTP status",
+            ["route", "status"],
+            registry=r,
+        )
+        self.push_publish_lag = Histogram(
+            "loadwatcher_push_publish_lag_seconds",
+            "From the arrival of a cycle's oldest pushed sample to the publication of the "
+            "snapshot that holds it",
+            buckets=(*_FAST_BUCKETS, 2.5, 5.0, 10.0, 30.0),
+            registry=r,
+        )
         # Every label value exported at 0 from the start, so that rate() and alerts see the
         # first increment (a series that appears at 1 has no increase to rate).
         for reason in ("non_finite", "negative", "over_100", "unparsable", "future"):

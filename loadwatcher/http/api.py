@@ -2,7 +2,8 @@
 
 Routes (docs/architecture.md, Wire formats): ``/watcher`` (``?host=``, ``?window=``, ``?format=``),
 ``/watcher/{hostname}``, ``/watcher/health``, ``/healthz``, ``/readyz``, ``/metrics``,
-``/openapi.json`` (and ``/`` from statuspage). Every error is JSON
+``/openapi.json`` (and ``/`` from statuspage); while receiving, the push endpoints of
+``push``. Every error is JSON
 ``{"error": code, "message": text}``, never a traceback.
 """
 
@@ -12,6 +13,7 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import orjson
 from aiohttp import web
@@ -28,7 +30,13 @@ from loadwatcher.http.security import TokenFile
 from loadwatcher.model import WINDOWS
 from loadwatcher.wire.formats import Format
 
+if TYPE_CHECKING:
+    from loadwatcher.http.push import Receiver
+
 log = logging.getLogger("loadwatcher.api")
+
+# The push endpoints (http/push.py, imported only when receiving) check writers' tokens.
+PUSH_PATHS = frozenset({"/api/v1/write", "/write", "/api/v2/write"})
 
 _WINDOW_NAMES = tuple(w.name for w in WINDOWS)
 _ALLOWED_PARAMS = frozenset({"host", "window", "format"})
@@ -190,6 +198,7 @@ def timing_auth_errors_middleware(
         if (
             tokens is not None
             and security.needs_token(request.path, protect_metrics)
+            and request.path not in PUSH_PATHS  # writers have tokens of their own
             and not tokens.accepts(request.headers.get("Authorization"))
         ):
             response = security.unauthorized()
@@ -216,7 +225,11 @@ def timing_auth_errors_middleware(
 
 
 def make_app(
-    engine: Engine, *, tokens: TokenFile | None = None, protect_metrics: bool = False
+    engine: Engine,
+    *,
+    tokens: TokenFile | None = None,
+    protect_metrics: bool = False,
+    receiver: Receiver | None = None,
 ) -> web.Application:
     middleware = timing_auth_errors_middleware(engine, tokens, protect_metrics)
     app = web.Application(middlewares=[middleware], client_max_size=64 * 1024)
@@ -231,4 +244,6 @@ def make_app(
     app.router.add_get("/", statuspage.status_page)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi_json)
+    if receiver is not None:
+        receiver.add_routes(app)
     return app

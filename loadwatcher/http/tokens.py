@@ -6,6 +6,7 @@ file without loading aiohttp.
 
 from __future__ import annotations
 
+import base64
 import hmac
 import logging
 import os
@@ -68,6 +69,27 @@ class TokenFile:
             # No early exit: every token is compared whatever the outcome.
             matched |= hmac.compare_digest(given, token)
         return matched
+
+    def accepts_writer(self, header: str | None) -> bool:
+        """A writer's credentials in any form the push clients send: ``Bearer <token>``
+        (Prometheus, vmagent), ``Token <token>`` (InfluxDB 2 clients, Telegraf's
+        outputs.influxdb_v2) or HTTP Basic with the token as password (InfluxDB 1.x clients,
+        Telegraf's outputs.influxdb)."""
+        if not header:
+            return False
+        scheme, _, rest = header.partition(" ")
+        scheme = scheme.lower()
+        if scheme == "bearer":
+            return self.accepts(header)
+        if scheme == "token":
+            return self.accepts("Bearer " + rest)
+        if scheme == "basic":
+            try:
+                decoded = base64.b64decode(rest.strip(), validate=True).decode("utf-8")
+            except (ValueError, UnicodeDecodeError):
+                return False
+            return self.accepts("Bearer " + decoded.partition(":")[2])
+        return False
 
 
 def _reason(exc: OSError | UnicodeDecodeError) -> str:

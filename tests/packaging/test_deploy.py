@@ -41,7 +41,12 @@ from loadwatcher.http import api
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 DASHBOARD = ROOT / "dashboards" / "loadwatcher.json"
-OVERLAYS = {"prometheus": "prometheus", "metrics-server": "metrics-server", "influxdb": "influxdb"}
+OVERLAYS = {
+    "prometheus": "prometheus",
+    "metrics-server": "metrics-server",
+    "influxdb": "influxdb",
+    "push": "push",
+}
 TARGETS = ["base", *(f"overlays/{name}" for name in OVERLAYS)]
 NAMESPACE = "loadwatcher"
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
@@ -90,12 +95,14 @@ def strategic_merge(base: dict[str, Any], patch: dict[str, Any]) -> None:
             strategic_merge(current, value)
         elif isinstance(value, list) and isinstance(current, list) and key in _MERGE_KEYS:
             mk = _MERGE_KEYS[key]
+            added = []
             for item in value:
                 match = next((c for c in current if c.get(mk) == item.get(mk)), None)
                 if match is None:
-                    current.append(copy.deepcopy(item))
+                    added.append(copy.deepcopy(item))
                 else:
                     strategic_merge(match, item)
+            current[:0] = added  # as kubectl does: the patch's new items come first
         else:
             base[key] = copy.deepcopy(value)
 
@@ -507,7 +514,13 @@ def test_deployment_probes_resources_and_security(target: str, rendered) -> None
     assert pod_ctx["runAsNonRoot"] is True and pod_ctx["runAsUser"] >= 1000
     assert pod_ctx["seccompProfile"]["type"] == "RuntimeDefault"
     assert any(v["name"] == "journal" and "emptyDir" in v for v in pod["spec"]["volumes"])
-    assert deployment["spec"]["replicas"] >= 2  # HA: several replicas behind the Service
+    if target == "overlays/push":
+        # A Service spreads pushes over its pods: one replica holds every node's samples.
+        assert deployment["spec"]["replicas"] == 1
+        budget = one(rendered[target], "PodDisruptionBudget")
+        assert budget["spec"]["minAvailable"] == 0  # never blocks a node drain
+    else:
+        assert deployment["spec"]["replicas"] >= 2  # HA: several replicas behind the Service
     assert main["image"] == f"loadwatcher:{__version__}"
     labels = pod["metadata"]["labels"]
     selectors = [

@@ -522,8 +522,14 @@ def start_prometheus(
     scrape_interval_s: int = 15,
     ready_scheme: str = "http",
     ca_file: str | None = None,
+    config_yaml: str | None = None,
+    agent: bool = False,
 ) -> Server:
     """Start Prometheus on a loopback port with its TSDB under ``workdir/data``.
+
+    ``config_yaml`` replaces the configuration (no scrapes by default); ``agent`` starts it
+    in agent mode (``--enable-feature=agent``: scrapes and remote write, no queries), with
+    its WAL under ``workdir/data``.
 
     For a server with TLS (``extra_args=["--web.config.file=..."]``) pass
     ``ready_scheme="https"`` and the CA that signed its certificate as ``ca_file``: the
@@ -543,7 +549,9 @@ def start_prometheus(
     data_dir.mkdir(parents=True, exist_ok=True)
     config = workdir / "prometheus.yml"
     config.write_text(
-        "global:\n"
+        config_yaml
+        if config_yaml is not None
+        else "global:\n"
         f"  scrape_interval: {scrape_interval_s}s\n"
         f"  evaluation_interval: {scrape_interval_s}s\n"
         "scrape_configs: []\n"
@@ -575,10 +583,15 @@ def start_prometheus(
             )
 
     def argv(port: int) -> list[str]:
+        storage = (
+            ["--enable-feature=agent", f"--storage.agent.path={data_dir}"]
+            if agent
+            else [f"--storage.tsdb.path={data_dir}"]
+        )
         return [
             prometheus,
             f"--config.file={config}",
-            f"--storage.tsdb.path={data_dir}",
+            *storage,
             f"--web.listen-address=127.0.0.1:{port}",
             "--web.enable-lifecycle",
             *extra_args,
@@ -592,6 +605,33 @@ def start_prometheus(
     return _launch(
         "prometheus", workdir, data_dir, argv, "/-/ready", scheme=ready_scheme, ssl_context=context
     )
+
+
+def start_vmagent(
+    workdir: Path, scrape_config_yaml: str, remote_write_url: str, *extra_args: str
+) -> Server:
+    """Start vmagent (Debian's victoria-metrics package) on a loopback port: it scrapes as
+    ``scrape_config_yaml`` says and forwards every sample by Prometheus remote write to
+    ``remote_write_url``, flushing each second."""
+    binary = require_binary("vmagent")
+    workdir.mkdir(parents=True, exist_ok=True)
+    data_dir = workdir / "data"
+    config = workdir / "scrape.yml"
+    config.write_text(scrape_config_yaml)
+
+    def argv(port: int) -> list[str]:
+        return [
+            binary,
+            f"-promscrape.config={config}",
+            f"-remoteWrite.url={remote_write_url}",
+            f"-remoteWrite.tmpDataPath={data_dir}",
+            "-remoteWrite.flushInterval=1s",
+            f"-httpListenAddr=127.0.0.1:{port}",
+            "-loggerLevel=WARN",
+            *extra_args,
+        ]
+
+    return _launch("vmagent", workdir, data_dir, argv, "/health")
 
 
 # --------------------------------------------------------------------------- VictoriaMetrics

@@ -152,7 +152,7 @@ def test_every_number_says_its_kind_and_echoes_the_value(
         (
             "METRICS_PROVIDER_NAME",
             "SignalFx",
-            "expected one of host, prometheus, influxdb, metrics-server, got 'SignalFx'",
+            "expected one of host, prometheus, influxdb, metrics-server, push, got 'SignalFx'",
         ),
         (
             "INSECURE_SKIP_VERIFY",
@@ -210,7 +210,7 @@ def test_a_huge_value_is_cut_short() -> None:
         (
             "qqqqqq: 1",
             "qqqqqq: unknown section; expected one of server, journal, poll, provider, "
-            "prometheus, log, analysis, health, corroborate, influxdb, kube",
+            "prometheus, log, analysis, health, corroborate, influxdb, kube, push",
         ),
     ],
 )

@@ -89,7 +89,7 @@ def resolve(yaml_text: str | None, env: dict[str, str]) -> Settings:
 
 
 def test_the_builtin_providers_in_their_listed_order() -> None:
-    assert registry.names() == ("host", "prometheus", "influxdb", "metrics-server")
+    assert registry.names() == ("host", "prometheus", "influxdb", "metrics-server", "push")
 
 
 @pytest.mark.parametrize(
@@ -119,10 +119,10 @@ def test_config_table_lists_the_dummy_section(
         table
     )
     assert "`LOADWATCHER_DUMMY_LABEL`, `DUMMY_LABEL`" in table
-    assert "host, prometheus, influxdb, metrics-server or dummy |" in table
+    assert "host, prometheus, influxdb, metrics-server, push or dummy |" in table
     # The table keeps its order: the providers' sections between provider and analysis.
     keys = [row.split("`")[1] for row in table.splitlines()[2:]]
-    assert keys.index("kube.node_list_interval_s") + 1 == keys.index("dummy.level")
+    assert keys.index("push.ha_failover_s") + 1 == keys.index("dummy.level")
     assert keys.index("dummy.label") + 1 == keys.index("analysis.stale_after_s")
 
 
@@ -167,11 +167,11 @@ def test_the_dummy_settings_have_the_same_messages(dummy: object) -> None:
         resolve(None, {"METRICS_PROVIDER_NAME": "SignalFx"})
     assert str(info.value) == (
         "provider.name (from METRICS_PROVIDER_NAME): expected one of host, prometheus, "
-        "influxdb, metrics-server, dummy, got 'SignalFx'"
+        "influxdb, metrics-server, push, dummy, got 'SignalFx'"
     )
     with pytest.raises(ConfigError) as info:
         resolve("qqqqqq: 1\n", {})
-    assert str(info.value).endswith("corroborate, influxdb, kube, dummy")
+    assert str(info.value).endswith("corroborate, influxdb, kube, push, dummy")
 
 
 def test_config_check_shows_the_dummy_section(
@@ -183,7 +183,7 @@ def test_config_check_shows_the_dummy_section(
     shown = yaml.safe_load(capsys.readouterr().out)
     assert shown["provider"]["name"] == "dummy"
     assert shown["dummy"] == {"level": 2.0, "label": "node"}
-    assert list(shown).index("dummy") == list(shown).index("kube") + 1
+    assert list(shown).index("dummy") == list(shown).index("push") + 1
 
 
 def test_the_provider_flag_lists_the_dummy(dummy: object) -> None:
@@ -191,7 +191,7 @@ def test_the_provider_flag_lists_the_dummy(dummy: object) -> None:
     commands = next(a for a in parser._actions if a.dest == "command").choices
     serve = cast(dict[str, argparse.ArgumentParser], commands)["serve"]
     flag = next(a for a in serve._actions if a.dest == "provider")
-    assert flag.help == "host | prometheus | influxdb | metrics-server | dummy"
+    assert flag.help == "host | prometheus | influxdb | metrics-server | push | dummy"
 
 
 def test_unregistered_the_dummy_is_gone() -> None:
@@ -225,7 +225,7 @@ class Empty:
 def test_a_clash_with_a_known_provider_is_refused(clash: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         registry.register(_variant(**clash))
-    assert registry.names() == ("host", "prometheus", "influxdb", "metrics-server")
+    assert registry.names() == ("host", "prometheus", "influxdb", "metrics-server", "push")
 
 
 def test_a_section_must_match_its_dataclass() -> None:
