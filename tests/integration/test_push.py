@@ -312,3 +312,51 @@ async def test_line_protocol_from_the_influxdb_client_and_v1_gzip(aiohttp_server
         assert ("lp-a", Resource.CPU) in keys and ("lp-b", Resource.MEMORY) in keys
     finally:
         await service.engine.close()
+
+
+async def test_an_ha_pair_counts_once_and_fails_over(
+    tmp_path: Path, aiohttp_server: Any, exporter: int
+) -> None:
+    """Two Prometheus replicas (external label prometheus_replica) send the same rule series:
+    one is accepted at a time; when it stops, the other takes over after the failover
+    silence."""
+    service = await start_service(aiohttp_server, LOADWATCHER_PUSH_HA_FAILOVER_S="3")
+    ha = service.receiver.remote.ha
+    metrics = service.engine.metrics
+
+    def count(outcome: str) -> float:
+        return float(metrics.push_samples.labels(outcome)._value.get())
+
+    servers: list[Server] = []
+    try:
+        for replica in ("a", "b"):
+            workdir = tmp_path / f"replica-{replica}"
+            workdir.mkdir()
+            (workdir / "rules.yml").write_text(RULES)
+            config = (
+                "global:\n"
+                "  scrape_interval: 1s\n"
+                "  evaluation_interval: 1s\n"
+                f"  external_labels: {{prometheus_replica: {replica}, cluster: c1}}\n"
+                "rule_files: [rules.yml]\n"
+                + scrape_config(exporter, NODES)
+                + remote_write_yaml(service.url, keep=f"{CPU_RULE}|{MEM_RULE}")
+            )
+            servers.append(start_prometheus(workdir, config_yaml=config))
+        await wait_for(lambda: count("ha_non_elected") > 20, "the other replica's samples")
+        elected = ha.elected()["c1"]
+        assert elected in ("a", "b") and count("accepted") > 20
+        survivor, stopped = (servers[1], servers[0]) if elected == "a" else servers
+        stopped.stop()
+        await wait_for(
+            lambda: ha.elected()["c1"] != elected, "the failover to the other replica", 30.0
+        )
+        assert survivor.is_running()
+        before = held_until(service.engine, "node-a")
+        await wait_for(
+            lambda: held_until(service.engine, "node-a") > before + 2,
+            "samples from the new replica",
+        )
+    finally:
+        stop_all(servers)
+        await service.engine.close()
