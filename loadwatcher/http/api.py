@@ -24,7 +24,7 @@ from loadwatcher.engine import Engine
 from loadwatcher.engine.published import Body
 from loadwatcher.engine.selfmetrics import CONTENT_TYPE
 from loadwatcher.http import negotiation, openapi, params, prepared, security, statuspage
-from loadwatcher.http.appkeys import ENCODINGS_KEY, ENGINE_KEY
+from loadwatcher.http.appkeys import ENCODINGS_KEY, ENGINE_KEY, RECEIVING_KEY
 from loadwatcher.http.params import BadRequest
 from loadwatcher.http.security import TokenFile
 from loadwatcher.model import WINDOWS
@@ -155,7 +155,8 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def openapi_json(request: web.Request) -> web.Response:
-    return web.Response(body=orjson.dumps(openapi.spec()), content_type="application/json")
+    document = openapi.spec(push=request.app[RECEIVING_KEY])
+    return web.Response(body=orjson.dumps(document), content_type="application/json")
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -234,6 +235,7 @@ def make_app(
     middleware = timing_auth_errors_middleware(engine, tokens, protect_metrics)
     app = web.Application(middlewares=[middleware], client_max_size=64 * 1024)
     app[ENGINE_KEY] = engine
+    app[RECEIVING_KEY] = receiver is not None
     app[ENCODINGS_KEY] = prepared.EncodingsCache()
     prepared.check_aiohttp()  # at start: a warning now, not at the first request
     app.router.add_get("/watcher", watcher)

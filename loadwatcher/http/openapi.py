@@ -9,6 +9,7 @@ from typing import Any
 
 from loadwatcher import __version__
 from loadwatcher.http.statusrows import SORTS
+from loadwatcher.push.line_protocol import PRECISIONS_V1, PRECISIONS_V2
 
 NODE_NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._:-]{0,251}[A-Za-z0-9])?$"
 
@@ -85,9 +86,70 @@ def _snapshot_op(summary: str, parameters: list[dict[str, Any]]) -> dict[str, An
     }
 
 
+def _push_op(summary: str, media: str, params: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "summary": summary,
+        "parameters": params,
+        # An empty body writes nothing and is taken (204), as InfluxDB takes it.
+        "requestBody": {
+            "required": False,
+            "content": {media: {"schema": {"type": "string", "format": "binary"}}},
+        },
+        "responses": {
+            "204": {"description": "taken"},
+            "400": _json(_ERR_REF, "a body that can never succeed"),
+            "401": _json(_ERR_REF, "a writer's token (push.token_file) is required"),
+            "413": _json(_ERR_REF, "body or series over the caps"),
+            "415": _json(_ERR_REF, "remote write 2.0"),
+            "429": _json(_ERR_REF, "over push.max_samples_per_s, or busy: see Retry-After"),
+        },
+    }
+
+
+def _query(name: str, choices: list[str] | None = None) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    if choices is not None:
+        schema["enum"] = choices
+    return {"name": name, "in": "query", "required": False, "schema": schema}
+
+
+def push_paths() -> dict[str, Any]:
+    """The push endpoints (docs/push.md), present while the service receives."""
+    return {
+        "/api/v1/write": {
+            "post": _push_op(
+                "Prometheus remote write 1.0 (snappy-compressed protobuf WriteRequest)",
+                "application/x-protobuf",
+                [],
+            )
+        },
+        "/write": {
+            "post": _push_op(
+                "InfluxDB 1.x line protocol",
+                "text/plain",
+                [
+                    _query("db"),
+                    _query("precision", ["", *PRECISIONS_V1]),
+                    _query("rp"),
+                    _query("u"),
+                    _query("p"),
+                ],
+            )
+        },
+        "/api/v2/write": {
+            "post": _push_op(
+                "InfluxDB 2.x line protocol",
+                "text/plain",
+                [_query("org"), _query("bucket"), _query("precision", ["", *PRECISIONS_V2])],
+            )
+        },
+    }
+
+
 @cache
-def spec() -> dict[str, Any]:
-    """The whole document (built once; the schemas are package data)."""
+def spec(push: bool = False) -> dict[str, Any]:
+    """The whole document (built once; the schemas are package data), with the push
+    endpoints when the service receives."""
     watcher = _snapshot_op(
         "all nodes (or one with ?host=)",
         [
@@ -112,7 +174,7 @@ def spec() -> dict[str, Any]:
             "503": _json(_HEALTH, "unhealthy; reasons say why"),
         },
     }
-    return {
+    document: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
             "title": "loadwatcher",
@@ -193,3 +255,6 @@ def spec() -> dict[str, Any]:
             }
         },
     }
+    if push:
+        document["paths"].update(push_paths())
+    return document
