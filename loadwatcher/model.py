@@ -165,3 +165,20 @@ class Columns:
 
     def __len__(self) -> int:
         return int(self.sid.shape[0])
+
+
+def node_name(value: str, strip_port: bool) -> str:
+    """The node name from a Prometheus label value, as the Prometheus provider and the
+    remote-write receiver both name nodes.
+
+    ``10.0.0.3:9100`` -> ``10.0.0.3``; ``[::1]:9100`` -> ``::1``; ``node-1`` unchanged.
+    """
+    if not strip_port:
+        return value
+    if value.startswith("["):
+        host, sep, _ = value[1:].partition("]")
+        return host if sep else value
+    host, sep, port = value.rpartition(":")
+    if sep and port.isdigit() and ":" not in host:
+        return host
+    return value

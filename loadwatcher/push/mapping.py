@@ -30,7 +30,7 @@ from decimal import Decimal
 import numpy as np
 
 from loadwatcher._types import BoolArray
-from loadwatcher.model import FloatArray, IntArray, Resource, SeriesBatch
+from loadwatcher.model import FloatArray, IntArray, Resource, SeriesBatch, node_name
 from loadwatcher.push import line_protocol as lp
 from loadwatcher.push.ha import DEFAULT_FAILOVER_TIMEOUT_S, HATracker
 from loadwatcher.push.remote_write import Selection, SeriesIndex, WriteRequestBytes, select
@@ -86,22 +86,6 @@ class RemoteWriteMapping:
     def labels(self) -> list[str]:
         """The labels read: node, replica, cluster (when named), then cpu and mode."""
         return [self.node_label, self.replica_label, self.cluster_label, "cpu", "mode"]
-
-
-def node_name(value: str, strip_port: bool) -> str:
-    """The node name from a label value, as the Prometheus provider names it.
-
-    ``10.0.0.3:9100`` -> ``10.0.0.3``; ``[::1]:9100`` -> ``::1``; ``node-1`` unchanged.
-    """
-    if not strip_port:
-        return value
-    if value.startswith("["):
-        host, sep, _ = value[1:].partition("]")
-        return host if sep else value
-    host, sep, port = value.rpartition(":")
-    if sep and port.isdigit() and ":" not in host:
-        return host
-    return value
 
 
 class RemoteWriteReceiver:

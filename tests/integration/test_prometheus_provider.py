@@ -12,9 +12,8 @@ from backends import free_port, openmetrics_text, vm_import, vm_import_lines
 from service import prometheus_engine
 from synth import CPU_METRIC, MEM_METRIC, node_history, node_names
 
-from loadwatcher.model import Resource
+from loadwatcher.model import Resource, node_name
 from loadwatcher.providers.prometheus import provider
-from loadwatcher.providers.prometheus.answer import node_name
 from loadwatcher.providers.prometheus.provider import range_query
 
 pytestmark = pytest.mark.backend

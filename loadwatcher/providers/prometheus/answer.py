@@ -26,26 +26,10 @@ import orjson
 
 from loadwatcher._types import BoolArray
 from loadwatcher.errors import ProviderError, ProviderErrorKind
-from loadwatcher.model import FloatArray, Resource, SeriesBatch
+from loadwatcher.model import FloatArray, Resource, SeriesBatch, node_name
 from loadwatcher.pipeline.store import UNPARSABLE, unparsable
 from loadwatcher.providers.prometheus import jsonbytes
 from loadwatcher.providers.values import prometheus_values
-
-
-def node_name(value: str, strip_port: bool) -> str:
-    """The node name from a label value.
-
-    ``10.0.0.3:9100`` -> ``10.0.0.3``; ``[::1]:9100`` -> ``::1``; ``node-1`` unchanged.
-    """
-    if not strip_port:
-        return value
-    if value.startswith("["):
-        host, sep, _ = value[1:].partition("]")
-        return host if sep else value
-    host, sep, port = value.rpartition(":")
-    if sep and port.isdigit() and ":" not in host:
-        return host
-    return value
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ from loadwatcher.push.mapping import (
     RemoteWriteMapping,
     RemoteWriteReceiver,
     map_line_protocol,
-    node_name,
 )
 from loadwatcher.push.remote_write import decode_write_request, parse_write_request
 
@@ -250,15 +249,6 @@ def test_a_sender_request_never_needs_protobufs_own_parser(monkeypatch: pytest.M
         assert decoded.counts["accepted"] == 10_000
         assert len(decoded.batch.keys) == 10_000
         assert decoded.batch.values.max() == pytest.approx(100 * 4999 / 5000)
-
-
-def test_node_names_as_the_prometheus_provider_makes_them() -> None:
-    assert node_name("10.0.0.3:9100", True) == "10.0.0.3"
-    assert node_name("[::1]:9100", True) == "::1"
-    assert node_name("::1", True) == "::1"
-    assert node_name("node-1", True) == "node-1"
-    assert node_name("node-1:abc", True) == "node-1:abc"
-    assert node_name("10.0.0.3:9100", False) == "10.0.0.3:9100"
 
 
 # ------------------------------------------------------------------ line protocol
