@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -230,10 +231,17 @@ class Engine:
 
     def _nothing_new(self, result: FetchResult, now: float) -> bool:
         """With ``cycle_interval_s`` (push), a cycle without samples or errors publishes only
-        when the snapshot is a poll interval old: the tags must still age (stale nodes)."""
+        when the snapshot is a poll interval old (the tags must still age: stale nodes), or
+        when the store holds samples the published windows left out: they end at their
+        cycle's time floored to the second, so a sample of that very second waits for the
+        next cycle."""
         if self.options.cycle_interval_s is None or self.current is None:
             return False
         if result.series or result.errors or any(len(b.keys) for b in result.batches):
+            return False
+        newest = self.store.newest()
+        published_until = math.floor(self.current.snapshot.taken_at)
+        if newest is not None and newest > published_until:
             return False
         return now - self.current.snapshot.taken_at < self.options.poll_interval_s
 
