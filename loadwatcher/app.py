@@ -62,6 +62,10 @@ def build_engine(settings: Settings) -> Engine:
             PushBuffer(push_provider.buffer_limit(push)),
             poller=provider,
             poll_interval_s=settings.poll.interval_s,
+            # As the engine caps a Retry-After: nodes only the poller reports stay fresh.
+            max_backoff_s=max(
+                settings.poll.interval_s, settings.analysis.stale_after_s - settings.poll.interval_s
+            ),
         )
     receiving = isinstance(provider, PushProvider)
     options = EngineOptions(

@@ -7,10 +7,13 @@ gzip bodies are decoded by aiohttp). Each request is decoded and mapped at once
 cycle takes: publishing is per cycle, never per request.
 
 Answers follow what the senders retry on: 204 when taken; 400 for a body that can never
-succeed (not snappy, not protobuf, bad precision); 413 over ``push.max_body_bytes`` or
-``push.max_series_per_request``; 415 for remote write 2.0; 429 with ``Retry-After`` over
-``push.max_samples_per_s`` or while the buffer is full (a retry later succeeds); 401
-without a writer's token when ``push.token_file`` is set. Errors are the API's JSON.
+succeed (not snappy, not protobuf, not valid gzip, bad precision, a Content-Encoding the
+route does not take); 413 over ``push.max_body_bytes`` or ``push.max_series_per_request``;
+415 for remote write 2.0; 429 with ``Retry-After`` over ``push.max_samples_per_s`` or while
+the buffer is full (a retry later succeeds); 401 without a writer's token when
+``push.token_file`` is set. Errors are the API's JSON (with InfluxDB's ``code`` on
+``/api/v2/write``) and never repeat what the request sent: a header, a parameter, a piece
+of the body.
 """
 
 from __future__ import annotations
@@ -58,6 +61,15 @@ class Limits:
     max_series_per_request: int
     max_samples_per_s: int
     publish_interval_s: float
+
+
+@dataclass(frozen=True)
+class _Work:
+    """A request read and checked: its body's size and the mapping still to do (under the
+    receiver's lock, on the loop or in a worker thread)."""
+
+    size: int
+    map: Callable[[], Decoded]
 
 
 class Refused(Exception):
@@ -136,21 +148,22 @@ class Receiver:
         return await self._handle(request, INFLUX_V2, self._influx_v2)
 
     async def _handle(
-        self, request: web.Request, route: str, decode: Callable[[web.Request], Awaitable[Decoded]]
+        self, request: web.Request, route: str, read: Callable[[web.Request], Awaitable[_Work]]
     ) -> web.StreamResponse:
         try:
             self._authorise(request)
-            wait = self.rate.wait_s()
-            if wait > 0:
-                raise Refused(
-                    429,
-                    "rate_limited",
-                    f"more than push.max_samples_per_s ({self.limits.max_samples_per_s}) "
-                    "samples a second; retry later",
-                    wait,
+            self._admit()
+            work = await read(request)
+            async with self._mapping:
+                # Checked again where the samples are put: requests that read their bodies
+                # meanwhile must not overfill the buffer. Checked before mapping, never
+                # after: the mapping state (raw counters, HA election) takes each sample
+                # once, so a body refused after it would lose its samples on the retry.
+                self._admit_to_buffer()
+                decoded = (
+                    work.map() if work.size < _INLINE_BYTES else await asyncio.to_thread(work.map)
                 )
-            decoded = await decode(request)
-            self._take(decoded)
+                self._take(decoded)
         except Refused as exc:
             self.metrics.push_requests.labels(route, str(exc.status)).inc()
             if exc.status >= 500 or exc.status in (401, 429):
@@ -161,13 +174,39 @@ class Receiver:
         self.metrics.push_requests.labels(route, "204").inc()
         return web.Response(status=204)
 
+    def _admit(self) -> None:
+        """Refuse (429) before the body is read while over the rate or the buffer is full."""
+        wait = self.rate.wait_s()
+        if wait > 0:
+            raise Refused(
+                429,
+                "rate_limited",
+                f"more than push.max_samples_per_s ({self.limits.max_samples_per_s}) "
+                "samples a second; retry later",
+                wait,
+            )
+        self._admit_to_buffer()
+
+    def _admit_to_buffer(self) -> None:
+        if self.buffer.full:
+            raise Refused(
+                429,
+                "busy",
+                "samples arrive faster than they are published; retry later",
+                self.limits.publish_interval_s,
+            )
+
     def _authorise(self, request: web.Request) -> None:
-        if self.tokens is not None and not self.tokens.accepts_writer(
-            request.headers.get("Authorization")
-        ):
+        if self.tokens is None:
+            return
+        header = request.headers.get("Authorization")
+        if header is None and request.path == INFLUX_V1 and "p" in request.query:
+            # InfluxDB 1.x clients may send their credentials as ?u=&p= instead.
+            header = "Bearer " + request.query["p"]
+        if not self.tokens.accepts_writer(header):
             raise Refused(401, "unauthorized", "a valid writer token (push.token_file) is required")
 
-    async def _remote_write(self, request: web.Request) -> Decoded:
+    async def _remote_write(self, request: web.Request) -> _Work:
         content_type = request.headers.get("Content-Type", "")
         if "io.prometheus.write.v2" in content_type:
             raise Refused(
@@ -176,9 +215,10 @@ class Receiver:
                 "remote write 2.0 is not supported; send remote write 1.0 "
                 "(protobuf_message: prometheus.WriteRequest)",
             )
-        encoding = request.headers.get("Content-Encoding", "snappy").lower()
+        encoding = request.headers.get("Content-Encoding", "snappy").strip().lower()
         if encoding != "snappy":
-            raise Refused(400, "bad_encoding", f"Content-Encoding must be snappy, got {encoding}")
+            # The header is not repeated: an error echoes nothing the request sent.
+            raise Refused(400, "bad_encoding", "remote write needs Content-Encoding: snappy")
         body = await self._body(request)
         try:
             parsed = remote_write.decode_write_request(body, self.limits.max_body_bytes)
@@ -191,35 +231,49 @@ class Receiver:
                 f"{len(parsed)} series in one request, more than "
                 f"push.max_series_per_request ({self.limits.max_series_per_request})",
             )
-        now = self.clock()
-        return await self._map(len(body), lambda: self.remote.map(parsed, now))
 
-    async def _influx_v1(self, request: web.Request) -> Decoded:
+        def work() -> Decoded:
+            decoded = self.remote.map(parsed, self.clock())
+            # Series of other metrics are skipped unread: counted as series.
+            decoded.counts["unmatched_series"] = decoded.counts.pop("unmatched", 0)
+            return decoded
+
+        return _Work(len(body), work)
+
+    async def _influx_v1(self, request: web.Request) -> _Work:
         return await self._line_protocol(request, v1=True)
 
-    async def _influx_v2(self, request: web.Request) -> Decoded:
+    async def _influx_v2(self, request: web.Request) -> _Work:
         return await self._line_protocol(request, v1=False)
 
-    async def _line_protocol(self, request: web.Request, *, v1: bool) -> Decoded:
+    async def _line_protocol(self, request: web.Request, *, v1: bool) -> _Work:
         try:
             unit = line_protocol.precision_ns(request.query.get("precision"), v1=v1)
-        except PushError as exc:
-            raise _refused(exc) from exc
-        body = await self._body(request)
-        now = self.clock()
-        decoded = await self._map(
-            len(body), lambda: map_line_protocol(body, self.line, unit_ns=unit, now=now)
-        )
-        # Lines of other measurements are skipped unread: counted as lines.
-        decoded.counts["unmatched_lines"] = decoded.counts.pop("unmatched", 0)
-        if len(decoded.batch.keys) > self.limits.max_series_per_request:
+        except PushError:
+            table = line_protocol.PRECISIONS_V1 if v1 else line_protocol.PRECISIONS_V2
+            # Not the core's message: it quotes the parameter, and errors echo nothing.
             raise Refused(
-                413,
-                "too_many_series",
-                f"{len(decoded.batch.keys)} series in one request, more than "
-                f"push.max_series_per_request ({self.limits.max_series_per_request})",
-            )
-        return decoded
+                400, "bad_precision", f"precision must be one of {', '.join(table)}"
+            ) from None
+        encoding = request.headers.get("Content-Encoding", "").strip().lower()
+        if encoding not in _DECODED:
+            raise Refused(400, "bad_encoding", "line protocol needs Content-Encoding gzip or none")
+        body = await self._body(request)
+
+        def work() -> Decoded:
+            decoded = map_line_protocol(body, self.line, unit_ns=unit, now=self.clock())
+            # Lines of other measurements are skipped unread: counted as lines.
+            decoded.counts["unmatched_lines"] = decoded.counts.pop("unmatched", 0)
+            if len(decoded.batch.keys) > self.limits.max_series_per_request:
+                raise Refused(
+                    413,
+                    "too_many_series",
+                    f"{len(decoded.batch.keys)} series in one request, more than "
+                    f"push.max_series_per_request ({self.limits.max_series_per_request})",
+                )
+            return decoded
+
+        return _Work(len(body), work)
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post(REMOTE_WRITE, self.remote_write)
@@ -227,12 +281,6 @@ class Receiver:
         app.router.add_post(INFLUX_V2, self.influx_v2)
 
     # -- shared -------------------------------------------------------------------------
-
-    async def _map(self, size: int, work: Callable[[], Decoded]) -> Decoded:
-        async with self._mapping:
-            if size < _INLINE_BYTES:
-                return work()
-            return await asyncio.to_thread(work)
 
     async def _body(self, request: web.Request) -> bytes:
         """The body, refused as soon as it is larger than ``push.max_body_bytes`` (decoded,
@@ -242,11 +290,18 @@ class Receiver:
             raise self._too_large()
         parts: list[bytes] = []
         size = 0
-        async for chunk in request.content.iter_any():
-            size += len(chunk)
-            if size > cap:
-                raise self._too_large()
-            parts.append(chunk)
+        try:
+            async for chunk in request.content.iter_any():
+                size += len(chunk)
+                if size > cap:
+                    raise self._too_large()
+                parts.append(chunk)
+        except web.RequestPayloadError:
+            # aiohttp could not decode the gzip (or deflate) body, or the chunked framing
+            # is broken: a body that can never succeed.
+            raise Refused(
+                400, "bad_body", "the body is not valid in its Content-Encoding or framing"
+            ) from None
         return b"".join(parts)
 
     def _too_large(self) -> Refused:
@@ -259,25 +314,23 @@ class Receiver:
     def _take(self, decoded: Decoded) -> None:
         counts = decoded.counts
         received = counts.get("samples", counts.get("lines", 0))
-        self.rate.pay(received)
-        if not self.buffer.put(decoded.batch):
-            raise Refused(
-                429,
-                "busy",
-                "samples arrive faster than they are published; retry later",
-                self.limits.publish_interval_s,
-            )
+        # push.max_samples_per_s counts matching samples or not: a series of another metric
+        # is skipped unread (its samples uncounted) and costs one.
+        self.rate.pay(received + counts.get("unmatched_series", 0))
+        self.buffer.put(decoded.batch)
         self.metrics.push_samples.labels("received").inc(received)
         self.metrics.push_samples.labels("accepted").inc(counts.get("accepted", 0))
         for reason, n in counts.items():
             if n and reason not in _NOT_DISCARDS:
-                self.metrics.push_samples.labels(_OUTCOMES.get(reason, reason)).inc(n)
+                self.metrics.push_samples.labels(reason).inc(n)
 
 
 # Counts that are not reasons a sample was discarded.
 _NOT_DISCARDS = frozenset({"series", "samples", "lines", "accepted"})
-# Remote write skips a series of another metric unread: it counts series, not samples.
-_OUTCOMES = {"unmatched": "unmatched_series"}
+# InfluxDB 2's error codes (its platform errors) by status; any other is "invalid".
+_INFLUX_CODES = {401: "unauthorized", 413: "request too large", 429: "too many requests"}
+# Content-Encodings of a line-protocol body that aiohttp decodes as it reads (or none).
+_DECODED = frozenset({"", "identity", "gzip", "deflate"})
 # A body this small maps on the loop faster than a thread hand-off (a Prometheus
 # remote-write batch of the default 2,000 samples is ~30 kB).
 _INLINE_BYTES = 256 * 1024
@@ -289,8 +342,8 @@ def _refused(exc: PushError) -> Refused:
 
 def _error(exc: Refused, route: str) -> web.Response:
     doc: dict[str, str] = {"error": exc.code, "message": exc.message}
-    if route == INFLUX_V2:  # what InfluxDB 2 clients read
-        doc["code"] = "too large" if exc.status == 413 else "invalid"
+    if route == INFLUX_V2:  # what InfluxDB 2 clients read: InfluxDB's own codes
+        doc["code"] = _INFLUX_CODES.get(exc.status, "invalid")
     headers = {}
     if exc.retry_after_s > 0:
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))

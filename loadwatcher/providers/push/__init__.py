@@ -39,7 +39,9 @@ def label_or_empty(text: str) -> str:
     """A Prometheus label name, or empty to turn the feature off."""
     if not text:
         return ""
-    if not (text[0].isalpha() or text[0] == "_") or not all(c.isalnum() or c == "_" for c in text):
+    # ASCII only: str.isalpha and str.isalnum also take other scripts' letters and digits.
+    ok = text.isascii() and (text[0].isalpha() or text[0] == "_")
+    if not ok or not all(c.isalnum() or c == "_" for c in text):
         raise parse.expected("a Prometheus label name, or empty for none", text)
     return text
 

@@ -1,9 +1,10 @@
 """Samples received by the push endpoints and not yet taken by the engine (bounded).
 
 The HTTP handlers ``put`` what a request brought; the engine's next cycle ``take``s all of
-it at once: publishing is coalesced per cycle, never per request. The buffer holds at most
-``max_samples``: a writer faster than the engine drains gets a refusal it can retry (429),
-never unbounded memory.
+it at once: publishing is coalesced per cycle, never per request. Once the buffer holds
+``max_samples`` it is ``full``: the handlers refuse new requests (429, which writers retry)
+before mapping them, so memory stays bounded at ``max_samples`` plus the one request being
+put, whatever writers do.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class Taken:
 
 
 class PushBuffer:
-    """What arrived since the last ``take``; at most ``max_samples`` samples."""
+    """What arrived since the last ``take``; ``full`` from ``max_samples`` samples on."""
 
     def __init__(self, max_samples: int, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.max_samples = max_samples
@@ -39,18 +40,21 @@ class PushBuffer:
     def held(self) -> int:
         return self._held
 
-    def put(self, batch: SeriesBatch) -> bool:
-        """Keep ``batch`` for the next cycle; False (nothing kept) when it would overflow."""
+    @property
+    def full(self) -> bool:
+        """Whether requests must wait for the next ``take`` (checked before a request is
+        mapped: the mapping state takes each sample once, so a mapped request is kept)."""
+        return self._held >= self.max_samples
+
+    def put(self, batch: SeriesBatch) -> None:
+        """Keep ``batch`` for the next cycle, whatever it holds already (see ``full``)."""
         n = int(batch.ts.shape[0])
         if n == 0:
-            return True
-        if self._held + n > self.max_samples:
-            return False
+            return
         self._batches.append(batch)
         self._held += n
         if self._oldest is None:
             self._oldest = self._monotonic()
-        return True
 
     def take(self) -> Taken:
         """Everything held, emptying the buffer."""
