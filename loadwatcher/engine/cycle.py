@@ -48,6 +48,8 @@ DEFAULT_FUTURE_TOLERANCE_S = 60.0
 # 20,000 nodes' two resources at a cold start, with room: a backend that invents series
 # (a label with a random value) fails the poll instead of filling memory.
 DEFAULT_MAX_NEW_SERIES = 50_000
+# Cycles that publish pushes start this long after a whole second (see next_poll_delay).
+_ALIGN_S = 0.02
 # Forgetting idle series renumbers the store; it waits until they are this share of the
 # series, so that churn pays it once per many polls.
 _FORGET_SHARE = 1 / 16
@@ -274,7 +276,14 @@ class Engine:
         until = self.provider_status.backoff_until
         if until is not None:
             delay = max(delay, until - self.clock())
-        return max(0.0, delay)
+        delay = max(0.0, delay)
+        if self.options.cycle_interval_s is not None:
+            # Windows end at the cycle's time floored to the second: a cycle just past a
+            # whole second serves every sample up to it, where one late in a second would
+            # leave that second's pushes to the next cycle (an interval later).
+            now = self.clock()
+            delay = math.ceil(now + delay - _ALIGN_S) + _ALIGN_S - now
+        return delay
 
     def _too_many_new_series(self, result: FetchResult) -> ProviderError | None:
         """The error for a poll that would add more series than ``max_new_series``."""

@@ -288,9 +288,15 @@ def test_cycles_run_every_publish_interval_while_receiving() -> None:
         )
     )
     assert push.options.cycle_interval_s == 3.0
-    assert push.next_poll_delay(0) == 3.0
-    assert push.next_poll_delay(1.25) == 1.75
-    assert push.next_poll_delay(5) == 0.0
+    # A cycle that started just past a whole second (as they are scheduled), asked when
+    # it ends: the next one starts an interval after the last one began.
+    for elapsed, wait in ((0.0, 3.0), (1.25, 1.75), (5.0, 0.0)):
+        push.clock = lambda elapsed=elapsed: T + 0.02 + elapsed
+        assert push.next_poll_delay(elapsed) == pytest.approx(wait)
+    # Off the grid (the first cycle), the next one waits for the first whole second (and
+    # a little) after the interval: windows end at whole seconds.
+    push.clock = lambda: T + 0.5
+    assert push.next_poll_delay(0.0) == pytest.approx(3.52)
     polling = app.build_engine(settings({"LOADWATCHER_POLL_INTERVAL_S": "20"}))
     assert polling.options.cycle_interval_s is None
     assert polling.next_poll_delay(0) == 20.0
@@ -315,7 +321,8 @@ def test_receiving_beside_a_poller_wraps_it() -> None:
         20.0,
         80.0,  # as the engine caps a back-off: the nodes stay fresh
     )
-    assert engine.next_poll_delay(0) == 2.0
+    engine.clock = lambda: T + 0.02
+    assert engine.next_poll_delay(0) == pytest.approx(2.0)
 
 
 def published_at(engine: Engine) -> float | None:
@@ -388,7 +395,8 @@ async def test_a_rate_limited_poller_does_not_pause_the_publishing_of_pushes() -
     buffer.put(batch("pushed", (T + 14, 10.0)))
     await engine.cycle(T + 15)
     assert engine.provider_status.backoff_until is None
-    assert engine.next_poll_delay(0.5) == 1.5
+    engine.clock = lambda: T + 15.52
+    assert engine.next_poll_delay(0.5) == pytest.approx(1.5)
     assert published_at(engine) == T + 15
     assert engine.provider_status.partial_errors == ["rate_limited: 429"]
     mono.t += 2
