@@ -6,6 +6,7 @@ only every poll interval.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -291,7 +292,7 @@ def test_cycles_run_every_publish_interval_while_receiving() -> None:
     # A cycle that started just past a whole second (as they are scheduled), asked when
     # it ends: the next one starts an interval after the last one began.
     for elapsed, wait in ((0.0, 3.0), (1.25, 1.75), (5.0, 0.0)):
-        push.clock = lambda elapsed=elapsed: T + 0.02 + elapsed
+        push.clock = functools.partial(float, T + 0.02 + elapsed)
         assert push.next_poll_delay(elapsed) == pytest.approx(wait)
     # Off the grid (the first cycle), the next one waits for the first whole second (and
     # a little) after the interval: windows end at whole seconds.

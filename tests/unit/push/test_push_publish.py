@@ -11,6 +11,7 @@ import numpy as np
 from service import settings
 
 from loadwatcher import app
+from loadwatcher.engine import Engine
 from loadwatcher.model import Resource, SeriesBatch
 from loadwatcher.providers.push.provider import PushProvider
 from loadwatcher.wire import formats
@@ -19,7 +20,7 @@ from loadwatcher.wire.formats import Format
 T0 = 1_700_000_000.0
 
 
-def _latest(engine: app.Engine, node: str) -> float | None:
+def _latest(engine: Engine, node: str) -> float | None:
     assert engine.current is not None
     doc = formats.document(engine.current.snapshot, "5m", Format.DEFAULT)
     for m in doc["data"]["NodeMetricsMap"].get(node, {}).get("metrics", []):
