@@ -89,3 +89,53 @@ def test_quick_fastpaths_run_writes_a_share_for_every_fast_path(tmp_path: Path) 
     assert len(rows) == 4, rows  # the header and one row per fast path
     for row in rows[1:]:
         assert "keep" in row or "delete" in row or "deleted" in row, row
+
+
+def _tables_by_heading(section: str) -> dict[str, list[list[str]]]:
+    """The rows (header and rule excluded) of the table under each ``###`` heading, keyed by
+    the heading's first word, as stripped cells."""
+    tables: dict[str, list[list[str]]] = {}
+    for part in section.split("\n### ")[1:]:
+        rows = [line for line in part.splitlines() if line.startswith("|")]
+        tables[part.split()[0]] = [
+            [cell.strip() for cell in row.strip().strip("|").split("|")] for row in rows[2:]
+        ]
+    return tables
+
+
+def test_quick_push_run_writes_its_section_with_figures(tmp_path: Path) -> None:
+    """benchmarks/push.py --quick: freshness per publish interval and sample age, the
+    polling reference, the services' CPU, ingest against Prometheus and the cost all get
+    figures, in a section appended after what the report held, raw figures beside it."""
+    for name in ("prometheus", "promtool"):
+        require_binary(name)
+    out = tmp_path / "RESULTS.md"
+    out.write_text("# Benchmark results\n\nolder text\n", encoding="utf-8")
+    done = quick_run("push.py", out)
+    assert "freshness at" in done.stderr  # progress is printed while it runs
+    text = out.read_text(encoding="utf-8")
+    assert text.startswith("# Benchmark results\n\nolder text\n")
+    section = text.split("<!-- push:start -->", 1)[1].split("<!-- push:end -->")[0]
+    assert "Errors:" not in section, section
+    tables = _tables_by_heading(section)
+    fresh = tables["Freshness:"]
+    assert len(fresh) == 3 * 2 + 1, fresh  # 3 publish intervals × 2 sample ages, polling
+    for row in fresh:
+        assert any(ch.isdigit() for ch in row[3]), row  # p50
+    assert all(row[-1] in ("**yes**", "**no**") for row in fresh[:-1]), fresh
+    services = tables["The"]
+    assert len(services) == 3 + 1, services
+    for row in services:  # CPU per minute, the bold cell
+        assert any(c.startswith("**") and any(ch.isdigit() for ch in c) for c in row), row
+    ingest = tables["Ingest:"]
+    assert [("all read" in r[0], "discarded" in r[0]) for r in ingest] == [
+        (True, False),
+        (False, True),
+    ], ingest
+    for row in ingest:
+        assert any(ch.isdigit() for ch in row[2]) and row[-1] in ("**yes**", "**no**"), row
+    (cost,) = tables["Cost:"]
+    assert "CPU-s/min" in cost[1] and "CPU-s/min" in cost[2], cost
+    raw = json.loads((tmp_path / "out" / "push.json").read_text(encoding="utf-8"))
+    assert raw["quick"] is True and not raw["errors"], raw["errors"]
+    assert all(run["bodies"] for run in raw["push"]), raw["push"]
