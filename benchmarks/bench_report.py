@@ -21,6 +21,9 @@ NOTES_END = "<!-- notes:end -->"
 # benchmarks/fastpaths.py writes its own section between these; a re-run here keeps it.
 FASTPATHS_START = "<!-- fastpaths:start -->"
 FASTPATHS_END = "<!-- fastpaths:end -->"
+# benchmarks/push.py's section, kept across runs of run.py like the fast paths'.
+PUSH_START = "<!-- push:start -->"
+PUSH_END = "<!-- push:end -->"
 DEFAULT_NOTES = (
     "Nothing yet: this is the baseline, measured before any optimisation. Record here, "
     "newest first, what was changed in the service and how each figure moved."
@@ -268,6 +271,7 @@ def _phase_table(results: Results) -> list[str]:
 def markdown(results: Results, old_text: str | None) -> str:
     notes = DEFAULT_NOTES
     fastpaths = ""
+    push = ""
     if old_text:
         match = re.search(
             re.escape(NOTES_START) + r"\n(.*?)\n" + re.escape(NOTES_END), old_text, re.S
@@ -279,6 +283,9 @@ def markdown(results: Results, old_text: str | None) -> str:
         )
         if kept:
             fastpaths = kept.group(0)
+        pushed = re.search(re.escape(PUSH_START) + r".*?" + re.escape(PUSH_END), old_text, re.S)
+        if pushed:
+            push = pushed.group(0)
     s = results.settings
     m = results.machine
     out = [
@@ -364,6 +371,8 @@ def markdown(results: Results, old_text: str | None) -> str:
     ]
     if fastpaths:
         out += ["", fastpaths]
+    if push:
+        out += ["", push]
     if results.errors:
         out += ["", "## Errors", "", *[f"- {e}" for e in results.errors]]
     return "\n".join(out) + "\n"

@@ -282,7 +282,9 @@ class Engine:
             # whole second serves every sample up to it, where one late in a second would
             # leave that second's pushes to the next cycle (an interval later).
             now = self.clock()
-            delay = math.ceil(now + delay - _ALIGN_S) + _ALIGN_S - now
+            # The nearest such start to the nominal one (never a whole second late: a cycle
+            # that wakes a millisecond after its slot keeps that slot).
+            delay = max(0.0, math.ceil(now + delay - _ALIGN_S - 0.5) + _ALIGN_S - now)
         return delay
 
     def _too_many_new_series(self, result: FetchResult) -> ProviderError | None:

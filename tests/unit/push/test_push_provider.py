@@ -294,10 +294,15 @@ def test_cycles_run_every_publish_interval_while_receiving() -> None:
     for elapsed, wait in ((0.0, 3.0), (1.25, 1.75), (5.0, 0.0)):
         push.clock = functools.partial(float, T + 0.02 + elapsed)
         assert push.next_poll_delay(elapsed) == pytest.approx(wait)
-    # Off the grid (the first cycle), the next one waits for the first whole second (and
-    # a little) after the interval: windows end at whole seconds.
+        # Woken a millisecond late, it keeps its slot (not the next second's).
+        push.clock = functools.partial(float, T + 0.021 + elapsed)
+        assert push.next_poll_delay(elapsed) == pytest.approx(max(0.0, wait - 0.001))
+    # Off the grid (the first cycle), the next one moves to the nearest slot just past a
+    # whole second: windows end at whole seconds.
     push.clock = lambda: T + 0.5
-    assert push.next_poll_delay(0.0) == pytest.approx(3.52)
+    assert push.next_poll_delay(0.0) == pytest.approx(2.52)
+    push.clock = lambda: T + 0.7
+    assert push.next_poll_delay(0.0) == pytest.approx(3.32)
     polling = app.build_engine(settings({"LOADWATCHER_POLL_INTERVAL_S": "20"}))
     assert polling.options.cycle_interval_s is None
     assert polling.next_poll_delay(0) == 20.0
