@@ -61,14 +61,14 @@ def read_series(buf: wire.Buffer, start: IntArray, end: IntArray) -> SeriesField
     samples: list[tuple[IntArray, ...]] = []
     u8 = buf.u8
     pos = start.astype(np.int64, copy=True)
-    todo = np.flatnonzero(pos < end)
-    while todo.size:
-        p = pos[todo]
+    pending = np.flatnonzero(pos < end)
+    while pending.size:
+        p = pos[pending]
         key = u8[p]
         length, size = wire.short_varints(buf, p + 1)
         payload = p + 1 + size
         after = payload + length
-        stop = end[todo]
+        stop = end[pending]
         is_label = key == _LABEL
         is_sample = key == _SAMPLE
         bad = (size == 0) | (after > stop)
@@ -77,16 +77,16 @@ def read_series(buf: wire.Buffer, start: IntArray, end: IntArray) -> SeriesField
         if rows.size:
             found, ok = _labels(buf, payload.take(rows), length.take(rows))
             bad[rows] |= ~ok
-            labels.append((todo.take(rows), *found))
+            labels.append((pending.take(rows), *found))
         rows = np.flatnonzero(is_sample & ~bad)
-        samples.append((todo.take(rows), payload.take(rows), length.take(rows), p.take(rows)))
+        samples.append((pending.take(rows), payload.take(rows), length.take(rows), p.take(rows)))
         if bad.any():
-            irregular[todo[bad]] = True
+            irregular[pending[bad]] = True
         last = after >= stop
-        other[todo] += ~is_label & ~(is_sample & last)
+        other[pending] += ~is_label & ~(is_sample & last)
         more = np.flatnonzero(~bad & ~last)
-        todo = todo.take(more)
-        pos[todo] = after.take(more)
+        pending = pending.take(more)
+        pos[pending] = after.take(more)
     # Entries of a series found irregular are dropped here, whatever step found them.
     label_cols = _columns(labels, 5, irregular)
     sample_cols = _columns(samples, 4, irregular)

@@ -222,11 +222,11 @@ def select(req: WriteRequestBytes, index: SeriesIndex) -> Selection:
     if len(index) > index.limit:
         index.clear()
     guess = _metric_from_first_label(req, index.wanted)
-    todo = np.flatnonzero(guess != -1)  # -1: not wanted; -2: could not tell
-    known, todo = _read_known(req, todo, index)
+    pending = np.flatnonzero(guess != -1)  # -1: not wanted; -2: could not tell
+    known, pending = _read_known(req, pending, index)
     parts = [known]
-    if todo.size:
-        read, unread = _read_bulk(req, todo, index)
+    if pending.size:
+        read, unread = _read_bulk(req, pending, index)
         parts.append(read)
         if unread.size:
             parts.append(_read_with_protobuf(req, unread, index))
@@ -266,13 +266,13 @@ def _metric_from_first_label(req: WriteRequestBytes, wanted: list[bytes]) -> Int
 
 
 def _read_known(
-    req: WriteRequestBytes, todo: IntArray, index: SeriesIndex
+    req: WriteRequestBytes, pending: IntArray, index: SeriesIndex
 ) -> tuple[_Part, IntArray]:
-    """The series of ``todo`` whose labels ``index`` holds, and the rows left."""
-    start, end = req.start.take(todo), req.end.take(todo)
-    found = np.full(todo.size, -1, np.int64)
-    ts = np.zeros(todo.size, np.int64)
-    values = np.zeros(todo.size, np.float64)
+    """The series of ``pending`` whose labels ``index`` holds, and the rows left."""
+    start, end = req.start.take(pending), req.end.take(pending)
+    found = np.full(pending.size, -1, np.int64)
+    ts = np.zeros(pending.size, np.int64)
+    values = np.zeros(pending.size, np.float64)
     if len(index):
         for tail in bulk.read_tails(req.buf, start, end):
             rows = np.flatnonzero(tail.ok & (found < 0))
@@ -284,23 +284,23 @@ def _read_known(
             values[rows] = tail.values.take(rows)
     hit = np.flatnonzero(found >= 0)
     part = _Part(
-        todo.take(hit),
+        pending.take(hit),
         *index.attributes(found.take(hit)),
         np.ones(hit.size, np.int64),
         ts.take(hit),
         values.take(hit),
     )
-    return part, todo[found < 0]
+    return part, pending[found < 0]
 
 
 def _read_bulk(
-    req: WriteRequestBytes, todo: IntArray, index: SeriesIndex
+    req: WriteRequestBytes, pending: IntArray, index: SeriesIndex
 ) -> tuple[_Part, IntArray]:
-    """The series of ``todo`` read in bulk (and remembered in ``index``), and the rows left
+    """The series of ``pending`` read in bulk (and remembered in ``index``), and the rows left
     to protobuf."""
     buf = req.buf
-    m = todo.shape[0]
-    start, end = req.start.take(todo), req.end.take(todo)
+    m = pending.shape[0]
+    start, end = req.start.take(pending), req.end.take(pending)
     read = bulk.read_series(buf, start, end)
 
     def first_label(name: bytes) -> tuple[IntArray, IntArray]:
@@ -348,8 +348,8 @@ def _read_bulk(
         data = buf.data
         spans = zip(start.take(rows).tolist(), where.take(rows).tolist(), strict=True)
         index.remember([data[s:e] for s, e in spans], metric.take(rows), codes[plain])
-    part = _Part(todo.take(chosen), metric.take(chosen), codes, lengths, ts_ms, values)
-    return part, todo[unread]
+    part = _Part(pending.take(chosen), metric.take(chosen), codes, lengths, ts_ms, values)
+    return part, pending[unread]
 
 
 def _codes(

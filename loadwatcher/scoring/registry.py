@@ -21,6 +21,7 @@ from loadwatcher.scoring.common import BatchScores
 from loadwatcher.scoring.pods import Pod
 
 __all__ = [
+    "TRIMARAN_DATA_SOURCE_ARGS",
     "Plugin",
     "always",
     "canonical_name",
@@ -167,6 +168,9 @@ def parse_plugin_args(name: str, raw: Any) -> Any:
         raise ValueError(f"{name} args.{unknown[0]}: unknown key (known: {known})")
     return args
 
+
+# The Trimaran plugins' args say where to read the metrics (TrimaranSpec): not the score.
+TRIMARAN_DATA_SOURCE_ARGS = frozenset({"metricProvider", "watcherAddress"})
 
 # A pluginConfig entry's args may carry their own type (``apiVersion``, ``kind``).
 _TYPE_META = frozenset({"apiVersion", "kind"})

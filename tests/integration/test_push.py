@@ -100,6 +100,19 @@ def value(doc: dict[str, Any], node: str, wire_type: str, operator: str) -> floa
     raise AssertionError(f"{node} has no {wire_type} {operator}")
 
 
+def assert_exporter_shares(doc: dict[str, Any], memory_abs: float) -> None:
+    """Each node serves the exporter's own busy and memory shares, as computed from raw
+    node-exporter series."""
+    for node in NODES:
+        assert value(doc, node.name, "CPU", "Latest") == pytest.approx(
+            node.cpu_percent,
+            abs=1.5,  # irate over 1 s scrapes: a 10 ms late answer is 1 %
+        )
+        assert value(doc, node.name, "Memory", "Latest") == pytest.approx(
+            node.memory_percent, abs=memory_abs
+        )
+
+
 @pytest.fixture
 def exporter() -> Iterator[int]:
     with serve_nodes(NODES) as port:
@@ -205,14 +218,7 @@ async def test_prometheus_agent_mode_raw_node_exporter_series(
         )
         await service.engine.cycle()
         doc = service.doc("5m")
-        for node in NODES:
-            assert value(doc, node.name, "CPU", "Latest") == pytest.approx(
-                node.cpu_percent,
-                abs=1.5,  # irate over 1 s scrapes: a 10 ms late answer is 1 %
-            )
-            assert value(doc, node.name, "Memory", "Latest") == pytest.approx(
-                node.memory_percent, abs=1e-9
-            )
+        assert_exporter_shares(doc, memory_abs=1e-9)
         metrics = service.engine.metrics.exposition().decode()
         assert 'loadwatcher_push_samples_total{outcome="unmatched_series"}' in metrics  # node_load1
     finally:
@@ -240,14 +246,7 @@ async def test_vmagent_forwards_to_the_receiver(
         )
         await service.engine.cycle()
         doc = service.doc("5m")
-        for node in NODES:
-            assert value(doc, node.name, "CPU", "Latest") == pytest.approx(
-                node.cpu_percent,
-                abs=1.5,  # irate over 1 s scrapes: a 10 ms late answer is 1 %
-            )
-            assert value(doc, node.name, "Memory", "Latest") == pytest.approx(
-                node.memory_percent, abs=1e-6
-            )
+        assert_exporter_shares(doc, memory_abs=1e-6)
     finally:
         stop_all(servers)
         await service.engine.close()

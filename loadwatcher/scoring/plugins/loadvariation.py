@@ -50,7 +50,7 @@ from loadwatcher.scoring.gomath import (
     scores_or_min_np,
 )
 from loadwatcher.scoring.pods import Pod, Resources
-from loadwatcher.scoring.registry import Plugin, always
+from loadwatcher.scoring.registry import TRIMARAN_DATA_SOURCE_ARGS, Plugin, always
 
 NAME = "LoadVariationRiskBalancing"
 
@@ -225,7 +225,7 @@ def _score(cluster: Cluster, pod: Pod, args: Args, keep: BoolArray) -> BatchScor
 
 PLUGIN = Plugin(
     name=NAME,
-    inert_args=frozenset({"metricProvider", "watcherAddress"}),
+    inert_args=TRIMARAN_DATA_SOURCE_ARGS,
     short="LVRB",
     order=20,
     parse_args=parse_args,

@@ -58,7 +58,7 @@ from loadwatcher.scoring.plugins.beta import (
     probability_np,
 )
 from loadwatcher.scoring.pods import Pod, Resources
-from loadwatcher.scoring.registry import Plugin
+from loadwatcher.scoring.registry import TRIMARAN_DATA_SOURCE_ARGS, Plugin
 
 NAME = "LowRiskOverCommitment"
 MAX_VARIANCE_ALLOWANCE = 0.99
@@ -251,7 +251,7 @@ def _fallback(pod: Pod) -> bool:
 
 PLUGIN = Plugin(
     name=NAME,
-    inert_args=frozenset({"metricProvider", "watcherAddress"}),
+    inert_args=TRIMARAN_DATA_SOURCE_ARGS,
     short="LROC",
     order=30,
     parse_args=parse_args,

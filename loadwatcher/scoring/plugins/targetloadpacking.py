@@ -45,7 +45,7 @@ from loadwatcher.scoring.gomath import (
 )
 from loadwatcher.scoring.nodes import RecentPod
 from loadwatcher.scoring.pods import Pod
-from loadwatcher.scoring.registry import Plugin, always
+from loadwatcher.scoring.registry import TRIMARAN_DATA_SOURCE_ARGS, Plugin, always
 
 NAME = "TargetLoadPacking"
 REPORTING_INTERVAL_S = 60  # metricsAgentReportingIntervalSeconds
@@ -205,7 +205,7 @@ def _score(cluster: Cluster, pod: Pod, args: Args, keep: BoolArray) -> BatchScor
 
 PLUGIN = Plugin(
     name=NAME,
-    inert_args=frozenset({"metricProvider", "watcherAddress"}),
+    inert_args=TRIMARAN_DATA_SOURCE_ARGS,
     short="TLP",
     order=10,
     parse_args=parse_args,
