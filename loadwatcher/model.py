@@ -130,6 +130,20 @@ class SeriesBatch:
             np.concatenate([s.values for s in series]).astype(np.float64, copy=False),
         )
 
+    @staticmethod
+    def concat(batches: Sequence[SeriesBatch]) -> SeriesBatch:
+        """One batch holding every series of ``batches``, in order."""
+        if len(batches) == 1:
+            return batches[0]
+        if not batches:
+            return SeriesBatch.of([])
+        return SeriesBatch(
+            [key for b in batches for key in b.keys],
+            np.concatenate([b.lengths for b in batches]),
+            np.concatenate([b.ts for b in batches]),
+            np.concatenate([b.values for b in batches]),
+        )
+
     @property
     def nodes(self) -> frozenset[str]:
         return frozenset(node for node, _ in self.keys)

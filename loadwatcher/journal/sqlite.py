@@ -260,7 +260,8 @@ class Journal:
                         new_series,
                     )
                 if len(added):
-                    await db.execute(codec.INSERT, codec.encode(sid, added.ts, added.val))
+                    # Encoded row by row as SQLite reads them, in its thread.
+                    await db.executemany(codec.INSERT, codec.encode_rows(sid, added.ts, added.val))
                 await db.execute("DELETE FROM chunks WHERE ts_max < ?", (trim_before,))
                 await db.execute(_PUT_SNAPSHOT, (taken_at, snapshot_body))
                 await db.execute("COMMIT")

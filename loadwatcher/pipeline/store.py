@@ -256,14 +256,7 @@ def _concatenated(parts: Iterable[Series | SeriesBatch]) -> SeriesBatch:
             run.append(part)
     if run or not batches:
         batches.append(SeriesBatch.of(run))
-    if len(batches) == 1:
-        return batches[0]
-    return SeriesBatch(
-        [key for b in batches for key in b.keys],
-        np.concatenate([b.lengths for b in batches]),
-        np.concatenate([b.ts for b in batches]),
-        np.concatenate([b.values for b in batches]),
-    )
+    return SeriesBatch.concat(batches)
 
 
 def merge_trimmed(old: Columns, new: Columns, keep_from: float, n_series: int) -> Columns:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
@@ -126,6 +127,21 @@ async def test_incremental_fetch_adds_only_new_samples(victoria_metrics_factory)
         await engine.close()
 
 
+def test_cold_start_slices_cover_the_retention_exactly() -> None:
+    now = 1_700_000_000.25
+    spans = provider.slices(now, 1020)
+    assert len(spans) == 4 and all(s <= provider.BACKFILL_SLICE_S for s, _ in spans)
+    # Oldest first, each ending where the next begins, the newest at now, the oldest
+    # reaching back exactly the retention.
+    assert [at for _, at in spans] == sorted(at for _, at in spans)
+    assert spans[-1][1] == now
+    assert all(a + s2 == b for (_, a), (s2, b) in itertools.pairwise(spans))
+    assert spans[0][1] - spans[0][0] == now - 1020
+    assert provider.slices(now, 60) == [(60, now)]
+    odd = provider.slices(now, 257, slice_s=128)
+    assert sum(s for s, _ in odd) == 257 and odd[-1][1] == now and len(odd) == 3
+
+
 def test_range_query_uses_a_subquery_for_expressions() -> None:
     assert range_query(CPU_METRIC, 960, 15) == f"{CPU_METRIC}[960s]"
     assert range_query(f'{MEM_METRIC}{{job="node"}}', 60, 15) == f'{MEM_METRIC}{{job="node"}}[60s]'
@@ -168,5 +184,6 @@ async def test_answers_are_parsed_off_the_event_loop(prometheus_factory, monkeyp
         assert engine.current is not None and engine.current.snapshot.nodes
     finally:
         await engine.close()
-    assert len(threads) == 2
+    # A cold start: each resource's retention in slices, every one parsed in a worker.
+    assert len(threads) == 2 * len(provider.slices(now, 1020))
     assert all(t is not threading.main_thread() for t in threads)

@@ -127,7 +127,7 @@ async def load(db: Path, since: float) -> Columns:
     return recovered.samples
 
 
-async def test_one_chunk_per_cycle_and_whole_chunks_expire(tmp_path: Path) -> None:
+async def test_one_chunk_per_small_cycle_and_whole_chunks_expire(tmp_path: Path) -> None:
     db = tmp_path / "lw.db"
     await write(
         db,
@@ -144,6 +144,24 @@ async def test_one_chunk_per_cycle_and_whole_chunks_expire(tmp_path: Path) -> No
         ]
     got = await load(db, 35)  # reads filter inside a chunk too
     assert (got.sid.tolist(), got.ts.tolist(), got.val.tolist()) == ([0], [40.0], [6.0])
+
+
+async def test_a_large_cycle_is_written_in_bounded_rows_and_reads_back_whole(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "lw.db"
+    n = codec.ROW_SAMPLES * 2 + 5
+    sid = np.repeat([0, 1], [n // 2, n - n // 2])
+    ts = np.concatenate([np.arange(n // 2), np.arange(n - n // 2)]).astype(float)
+    val = np.linspace(0.0, 100.0, n)
+    await write(db, (cols(sid.tolist(), ts.tolist(), val.tolist()), 0))
+    with sqlite3.connect(db) as conn:
+        sizes = [row[0] for row in conn.execute("SELECT n FROM chunks ORDER BY rowid")]
+    assert sizes == [codec.ROW_SAMPLES, codec.ROW_SAMPLES, 5]
+    got = await load(db, 0)
+    assert got.sid.tolist() == sid.tolist()
+    assert got.ts.tolist() == ts.tolist()
+    assert got.val.tolist() == val.tolist()
 
 
 async def test_a_sample_written_twice_reads_back_once_with_the_last_value(tmp_path: Path) -> None:
