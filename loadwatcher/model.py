@@ -150,6 +150,19 @@ class SeriesBatch:
 
 
 @dataclass(frozen=True)
+class Summary:
+    """The backend's own aggregates of each series over the longest window ending at
+    ``end``: mean and population standard deviation; the backend vouched that every one of
+    these series has a sample within ``fresh_within_s`` before ``end``."""
+
+    end: int
+    fresh_within_s: float
+    keys: list[tuple[str, Resource]]
+    avg: FloatArray
+    std: FloatArray
+
+
+@dataclass(frozen=True)
 class FetchResult:
     """What one provider fetch produced.
 

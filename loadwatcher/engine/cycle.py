@@ -32,12 +32,12 @@ from loadwatcher.engine.selfmetrics import SelfMetrics, State
 from loadwatcher.engine.transitions import TransitionLog
 from loadwatcher.errors import JournalError, ProviderError, ProviderErrorKind
 from loadwatcher.journal.sqlite import Journal
-from loadwatcher.model import Columns, FetchResult, IntArray, Resource
-from loadwatcher.pipeline import analysis, corroboration, health, snapshot
+from loadwatcher.model import Columns, FetchResult, IntArray, Resource, Summary
+from loadwatcher.pipeline import analysis, corroboration, health, snapshot, summary
 from loadwatcher.pipeline.analysis import Quality
 from loadwatcher.pipeline.snapshot import Snapshot
 from loadwatcher.pipeline.store import AddResult, SampleStore
-from loadwatcher.providers.base import Provider
+from loadwatcher.providers.base import Provider, Summarizing
 from loadwatcher.words import plural
 
 log = logging.getLogger("loadwatcher.engine")
@@ -50,6 +50,10 @@ DEFAULT_FUTURE_TOLERANCE_S = 60.0
 DEFAULT_MAX_NEW_SERIES = 50_000
 # Cycles that publish pushes start this long after a whole second (see next_poll_delay).
 _ALIGN_S = 0.02
+# A first snapshot from the backend's aggregates vouches for samples this share of
+# stale_after_s old at most: its nodes stay ok for the rest (a minute by default), long
+# enough for the raw samples to load.
+_SUMMARY_FRESH_SHARE = 0.8
 # Forgetting idle series renumbers the store; it waits until they are this share of the
 # series, so that churn pays it once per many polls.
 _FORGET_SHARE = 1 / 16
@@ -121,6 +125,8 @@ class Engine:
         )
         self._transitions = TransitionLog()
         self._idle_work: asyncio.Future[None] | None = None
+        # What the served snapshot was built from while it is the backend's aggregates.
+        self._summary: Summary | None = None
         # Called after each publication (push: the lag from arrival to publication).
         self.on_published: Callable[[], None] | None = None
 
@@ -165,6 +171,8 @@ class Engine:
         started = time.perf_counter()
         status = self.provider_status
         await self.wait_idle_work()
+        if self.current is None and not self.store.keys:
+            await self._first_look(now)
         outcome, _ = await asyncio.gather(
             self.provider.fetch(now, self.store.newest()),
             self._fetch_corroborating(now),
@@ -215,13 +223,60 @@ class Engine:
             # cut it half-way, then abandon the cycle.
             await persist
             raise
-        self.current = pub
+        self.current, self._summary = pub, None
         if self.on_published is not None:
             self.on_published()
         self._idle_work = asyncio.ensure_future(self._do_idle_work())
         self._log_quality()
         self._log_health(now)
         self.metrics.poll_duration.observe(time.perf_counter() - started)
+
+    async def _first_look(self, now: float) -> None:
+        """A cold start with nothing to serve: publish the backend's own aggregates of the
+        longest window, if it has them, while the raw samples load (``pipeline.summary``).
+        Anything wrong here only costs the early answer: the backfill reports errors."""
+        provider = self.provider
+        if not isinstance(provider, Summarizing):
+            return
+        try:
+            found = await provider.fetch_summary(
+                now, _SUMMARY_FRESH_SHARE * self.options.thresholds.stale_after_s
+            )
+        except ProviderError as exc:
+            log.debug("no first snapshot from the backend's aggregates: %s", exc)
+            return
+        if found is None or not found.keys:
+            return
+        pub, report = await asyncio.to_thread(self._publish_summary, found, now)
+        if pub is None:
+            return
+        self.current, self.report, self._summary = pub, report, found
+        if self.on_published is not None:
+            self.on_published()
+        log.info(
+            "serving %s's own 15-minute AVG and STD for %s while the raw samples load",
+            provider.source,
+            plural(len(pub.snapshot.nodes), "node"),
+        )
+
+    def _publish_summary(
+        self, found: Summary, now: float
+    ) -> tuple[Published | None, analysis.Report]:
+        snap, report = self._summary_snapshot(found, now, now)
+        return (published.publish(snap) if snap.nodes else None), report
+
+    def _summary_snapshot(
+        self, found: Summary, taken_at: float, now: float
+    ) -> tuple[Snapshot, analysis.Report]:
+        snap, report = summary.build(
+            found,
+            now,
+            self.provider.source,
+            self.metric_names,
+            self.options.thresholds,
+            dict(self.node_info),
+        )
+        return dataclasses.replace(snap, taken_at=taken_at), report
 
     async def _fetch_corroborating(self, now: float) -> None:
         if self.corroborating is not None:
@@ -369,8 +424,15 @@ class Engine:
         return snap, body
 
     async def _retag_last_snapshot(self, now: float) -> None:
-        """Provider outage: keep the last rollups and their time, refresh the quality tags."""
+        """Provider outage: keep the last rollups and their time, refresh the quality tags
+        (of the backend's aggregates when nothing else was loaded since)."""
         if self.current is None:
+            return
+        if self._summary is not None:
+            taken_at = self.current.snapshot.taken_at
+            snap, self.report = self._summary_snapshot(self._summary, taken_at, now)
+            self.current = await asyncio.to_thread(published.publish, snap)
+            self._log_quality()
             return
         self.report = self._analyse(now)
         snap = dataclasses.replace(self.current.snapshot, tags=self.report.tags)
@@ -468,7 +530,8 @@ class Engine:
         close the providers."""
         await self.wait_idle_work()
         if self._persistence is not None:
-            last = self.current.snapshot if self.current else None
+            # Not the backend's aggregates: a restart serves from the journal's samples.
+            last = self.current.snapshot if self.current and self._summary is None else None
             trim_before = self.clock() - self.options.retention_s
             await self._persistence.close(last, list(self.store.keys), trim_before)
         await self.provider.close()

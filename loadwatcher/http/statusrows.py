@@ -5,6 +5,7 @@ Pure data for ``statuspage`` to render: no HTML here.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -76,8 +77,10 @@ def rows(snap: Snapshot) -> list[Row]:
     cells: dict[str, dict[tuple[Resource, str], Cell]] = {}
     for window in WINDOWS:
         stats = snap.windows[window.name]
+        # A snapshot of the backend's aggregates has AVG and STD only: the rest show as NaN.
+        missing = [math.nan] * stats.sids.shape[0]
         avg, p95, mx, std = (
-            stats.values[op].tolist()
+            stats.values[op].tolist() if op in stats.values else missing
             for op in (Operator.AVG, Operator.P95, Operator.MAX, Operator.STD)
         )
         counts = stats.count.tolist()

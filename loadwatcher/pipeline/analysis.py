@@ -237,6 +237,17 @@ def analyse(
         codes[flagged] = np.where(
             codes[flagged] >= 0, np.maximum(codes[flagged], SEVERITY[Quality.STALE]), -1
         )
+    return report(keys, codes, newest_by_series, known_nodes)
+
+
+def report(
+    keys: list[tuple[str, Resource]],
+    codes: CodeArray,
+    newest_by_series: FloatArray,
+    known_nodes: Iterable[str] = (),
+) -> Report:
+    """The report from each series' quality code (-1: no sample) and newest sample time
+    (-inf: not known; the node's ``lastSample`` is then left out)."""
     held = np.flatnonzero(codes >= 0)
     series_node = [node for node, _ in compress(keys, (codes >= 0).tolist())]
     nodes = sorted(dict.fromkeys(series_node))
@@ -246,12 +257,16 @@ def analyse(
     np.maximum.at(worst, node_of, codes[held])
     newest = np.full(len(nodes), -np.inf)
     np.maximum.at(newest, node_of, newest_by_series[held])
+    known = np.isfinite(newest)
     tags: dict[str, dict[str, Any]] = {
         node: {"quality": _NAMES[code], "lastSample": t}
         for node, code, t in zip(
-            nodes, worst.tolist(), newest.astype(np.int64).tolist(), strict=True
+            nodes, worst.tolist(), np.where(known, newest, 0).astype(np.int64).tolist(), strict=True
         )
     }
+    if not bool(known.all()):
+        for node in compress(nodes, (~known).tolist()):
+            del tags[node]["lastSample"]
     not_ok = held[worst[node_of] != SEVERITY[Quality.OK]]
     for node, resources in _detail(keys, not_ok, codes[not_ok]).items():
         tags[node]["detail"] = resources

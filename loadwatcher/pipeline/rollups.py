@@ -24,7 +24,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from loadwatcher._types import BoolArray
-from loadwatcher.model import Columns, FloatArray, IntArray, Operator, Window
+from loadwatcher.model import WIRE_OPERATORS, Columns, FloatArray, IntArray, Operator, Window
 
 QUANTILES: dict[Operator, float] = {
     Operator.P50: 0.50,
@@ -49,6 +49,12 @@ class WindowStats:
     count: IntArray
     newest: FloatArray
     values: dict[Operator, FloatArray]
+
+    @property
+    def operators(self) -> tuple[Operator, ...]:
+        """The operators with values, in wire order: every one, but in a snapshot of the
+        backend's own aggregates (``pipeline.summary``)."""
+        return tuple(op for op in WIRE_OPERATORS if op in self.values)
 
 
 def window_bounds(now: float, window: Window) -> tuple[int, int]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from loadwatcher.errors import ProviderError
-from loadwatcher.model import FetchResult, Series, SeriesBatch
+from loadwatcher.model import FetchResult, Series, SeriesBatch, Summary
 
 
 class Provider(Protocol):
@@ -26,6 +26,16 @@ class Provider(Protocol):
     async def fetch(self, now: float, since: float | None) -> FetchResult: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Summarizing(Protocol):
+    """A provider whose backend aggregates the longest window itself: at a cold start
+    with nothing to serve, ``fetch_summary(now, fresh_within_s)`` gives a first snapshot
+    while the raw samples load (None: not possible with this configuration, or some series
+    have no sample that recent)."""
+
+    async def fetch_summary(self, now: float, fresh_within_s: float) -> Summary | None: ...
 
 
 def collect(

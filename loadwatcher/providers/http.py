@@ -171,11 +171,14 @@ class HttpBackend:
         params: Mapping[str, str] | None = None,
         data: Mapping[str, str] | None = None,
         query: str | None = None,
+        compressed: bool = True,
     ) -> RawAnswer:
         """Send one request and return a 2xx answer's body undecoded, for callers that parse
         bytes themselves; every other answer fails as with ``request_json`` (its body is
-        decoded only then, for the error message)."""
-        reply = await self._send(method, path, params, data, query)
+        decoded only then, for the error message). ``compressed=False`` asks for the body
+        as is: for small answers wanted soon, compressing costs the backend more than
+        sending."""
+        reply = await self._send(method, path, params, data, query, compressed)
         if reply.status >= 300:
             _decode(reply, query)  # raises: every status from 300 on is an error
         return RawAnswer(reply.url, reply.status, reply.body)
@@ -187,12 +190,16 @@ class HttpBackend:
         params: Mapping[str, str] | None,
         data: Mapping[str, str] | None,
         query: str | None,
+        compressed: bool = True,
     ) -> _Reply:
         url = self.settings.address + path
         session = self._open()
+        headers = self._headers()
+        if not compressed:
+            headers["Accept-Encoding"] = "identity"
         try:
             async with session.request(
-                method, url, params=params, data=data, headers=self._headers()
+                method, url, params=params, data=data, headers=headers
             ) as resp:
                 body = await read_bounded(resp, self.settings.max_answer_bytes, url, query)
                 return _Reply(url, resp.status, body, resp.headers.get("Retry-After"))

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from loadwatcher.model import WIRE_OPERATORS, Resource
+from loadwatcher.model import Operator, Resource
 from loadwatcher.pipeline.rollups import WindowStats
 from loadwatcher.pipeline.snapshot import Snapshot
 from loadwatcher.wire.formats import Format
@@ -44,11 +44,13 @@ _NO_INFO = {"dataCenter": ""}
 _MARK = b"\x00"
 
 
-def _prefixes(snap: Snapshot, resource: Resource, window: str, fmt: Format) -> list[bytes]:
-    """``{"name":...,"value":`` for each wire operator of one resource, as orjson writes it."""
+def _prefixes(
+    snap: Snapshot, resource: Resource, window: str, fmt: Format, ops: tuple[Operator, ...]
+) -> list[bytes]:
+    """``{"name":...,"value":`` for each of ``ops`` of one resource, as orjson writes it."""
     name = snap.metric_names.get(resource, str(resource))
     out = []
-    for op in WIRE_OPERATORS:
+    for op in ops:
         fields: dict[str, str]
         if fmt is Format.DEFAULT:
             fields = {"name": name, "type": resource.wire_type, "operator": str(op)}
@@ -62,7 +64,7 @@ def _prefixes(snap: Snapshot, resource: Resource, window: str, fmt: Format) -> l
 def _separator_table(prefixes: list[list[bytes]]) -> np.ndarray:
     """Object array [resource, operator]: what precedes a value that is not its node's first
     (the end of the previous metric object, then the prefix)."""
-    table = np.empty((len(prefixes), len(WIRE_OPERATORS)), object)
+    table = np.empty((len(prefixes), len(prefixes[0])), object)
     for r, row in enumerate(prefixes):
         table[r] = [b"}," + p for p in row]
     return table
@@ -98,7 +100,7 @@ def _numbers(stats: WindowStats, rows: np.ndarray) -> list[bytes]:
     A JSON number never holds a comma. orjson writes a float64 array element exactly as the
     Python float (checked on random bit patterns), without a list of Python floats.
     """
-    columns = np.column_stack([stats.values[op] for op in WIRE_OPERATORS])
+    columns = np.column_stack([stats.values[op] for op in stats.operators])
     flat = np.ascontiguousarray(columns[rows].astype(np.float64, copy=False).ravel())
     numbers = orjson.dumps(flat, option=orjson.OPT_SERIALIZE_NUMPY).split(b",")
     # Strip the array's brackets here rather than copy the whole text to drop them.
@@ -143,13 +145,13 @@ def encode(snap: Snapshot, window: str, fmt: Format, only: str | None = None) ->
     rows, codes, nodes, first = _ordered_rows(snap, stats.sids, only)
     if only is not None and not nodes:
         return None
-    prefixes = [_prefixes(snap, r, window, fmt) for r in _RESOURCES]
+    if not nodes:
+        return _text_around_nodes(snap, window, fmt, [], [])[0]
+    prefixes = [_prefixes(snap, r, window, fmt, stats.operators) for r in _RESOURCES]
     # A node's metrics array holds its values (at the mark), the last one's object closed.
     by_first = [orjson.Fragment(b"[" + ps[0] + _MARK + b"}]") for ps in prefixes]
     openings = [by_first[c] for c in codes[first].tolist()]
     around = _text_around_nodes(snap, window, fmt, nodes, openings)
-    if not nodes:
-        return around[0]
 
     before_value = _separator_table(prefixes)[codes]
     before_value[first, 0] = np.fromiter(around[:-1], object, len(nodes))

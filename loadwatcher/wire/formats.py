@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from loadwatcher.model import WINDOWS, WIRE_OPERATORS, Resource
+from loadwatcher.model import WINDOWS, Resource
 from loadwatcher.pipeline.snapshot import Snapshot
 
 
@@ -50,7 +50,8 @@ def document(snap: Snapshot, window: str, fmt: Format, only: str | None = None) 
     rows: list[int] | range = range(len(sids))
     if only is not None:
         rows = [i for i in rows if snap.keys[sids[i]][0] == only]
-    columns = {op: stats.values[op].tolist() for op in WIRE_OPERATORS}
+    ops = stats.operators
+    columns = {op: stats.values[op].tolist() for op in ops}
     ordered = sorted(
         rows, key=lambda i: (snap.keys[sids[i]][0], _RESOURCE_ORDER[snap.keys[sids[i]][1]])
     )
@@ -68,7 +69,7 @@ def document(snap: Snapshot, window: str, fmt: Format, only: str | None = None) 
         metrics = entry["metrics"]
         if fmt is Format.DEFAULT:
             wire_type = resource.wire_type
-            for op in WIRE_OPERATORS:
+            for op in ops:
                 metrics.append(
                     {
                         "name": name,
@@ -79,7 +80,7 @@ def document(snap: Snapshot, window: str, fmt: Format, only: str | None = None) 
                     }
                 )
         else:
-            for op in WIRE_OPERATORS:
+            for op in ops:
                 metrics.append(
                     {
                         "name": name,

@@ -18,7 +18,12 @@ from loadwatcher.providers.base import collect
 from loadwatcher.providers.http import HttpBackend, HttpSettings
 from loadwatcher.providers.prometheus import jsonbytes
 from loadwatcher.providers.prometheus.answer import ParseMemo, parse_answer, parse_matrix
-from loadwatcher.providers.prometheus.provider import PrometheusOptions, PrometheusProvider, Query
+from loadwatcher.providers.prometheus.provider import (
+    PrometheusOptions,
+    PrometheusProvider,
+    Query,
+    slices,
+)
 
 HEAD = b'{"status":"success","data":{"resultType":"matrix","result":['
 TAIL = b"]}}"
@@ -213,11 +218,11 @@ async def test_http_errors_read_as_with_request_json(aiohttp_server, status, tex
     try:
         with pytest.raises(ProviderError) as got:
             await provider.fetch(time.time(), None)
+        # A cold start asks for its oldest slice first.
+        first = f"custom_metric[{slices(0.0, 1020)[0][0]}s]"
         with pytest.raises(ProviderError) as want:
-            doc = await plain.request_json(
-                "GET", "/api/v1/query", params={}, query="custom_metric[1020s]"
-            )
-            parse_matrix(doc, Resource.CPU, 100.0, ParseMemo(), "custom_metric[1020s]")
+            doc = await plain.request_json("GET", "/api/v1/query", params={}, query=first)
+            parse_matrix(doc, Resource.CPU, 100.0, ParseMemo(), first)
         assert (got.value.kind, str(got.value)) == (want.value.kind, str(want.value))
     finally:
         await provider.close()

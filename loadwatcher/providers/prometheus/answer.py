@@ -143,6 +143,46 @@ def parse_matrix(
     ), unlabelled
 
 
+@dataclass(frozen=True)
+class Vector:
+    """A vector answer: the node and value of each labelled item, and how many items it
+    had in all (labelled or not)."""
+
+    nodes: list[str]
+    values: FloatArray
+    items: int
+    unlabelled: FloatArray
+
+    def count(self) -> int:
+        """The value of a ``count(...)`` answer: its one unlabelled item, or 0 without one."""
+        if self.items == 0:
+            return 0
+        if self.items != 1 or self.unlabelled.shape[0] != 1:
+            return -1  # not a count: matches no count of series
+        value = float(self.unlabelled[0])
+        return int(value) if value.is_integer() and value >= 0 else -1
+
+
+def parse_vector(body: bytes, memo: ParseMemo, query: str) -> Vector:
+    """A ``/api/v1/query`` vector answer. Raises ``orjson.JSONDecodeError`` when the body
+    is not JSON, ``ProviderError`` when it is not a vector answer."""
+    result = _result(orjson.loads(body), query, "vector")
+    try:
+        labels: list[Any] = [item["metric"].get(memo.label) for item in result]
+        texts: list[Any] = [item["value"][1] for item in result]
+        values = prometheus_values(texts)
+    except (KeyError, TypeError, IndexError, AttributeError, ValueError) as exc:
+        raise ProviderError(
+            ProviderErrorKind.BAD_RESPONSE, f"malformed sample in result: {exc}", query=query
+        ) from exc
+    labelled = [type(v) is str and v != "" for v in labels]
+    if all(labelled):
+        return Vector(memo.nodes(labels), values, len(labels), np.empty(0))
+    mask = np.array(labelled, bool)
+    nodes = memo.nodes([v for v, ok in zip(labels, labelled, strict=True) if ok])
+    return Vector(nodes, values[mask], len(labels), values[~mask])
+
+
 def _scaled(values: FloatArray, scale: float) -> FloatArray:
     """``values * scale``; a huge value becomes inf quietly: the store drops and counts it.
     ``UNPARSABLE`` stays itself (a NaN's payload need not survive arithmetic)."""
@@ -152,8 +192,8 @@ def _scaled(values: FloatArray, scale: float) -> FloatArray:
     return out
 
 
-def _result(doc: Any, query: str) -> list[Any]:
-    """``data.result`` of a successful matrix answer; raises for anything else."""
+def _result(doc: Any, query: str, result_type: str = "matrix") -> list[Any]:
+    """``data.result`` of a successful answer of ``result_type``; raises for anything else."""
     if not isinstance(doc, dict) or doc.get("status") != "success":
         err = doc.get("error") if isinstance(doc, dict) else None
         raise ProviderError(
@@ -166,10 +206,10 @@ def _result(doc: Any, query: str) -> list[Any]:
         raise ProviderError(
             ProviderErrorKind.BAD_RESPONSE, "answer has no data.result list", query=query
         )
-    if data.get("resultType") != "matrix":
+    if data.get("resultType") != result_type:
         raise ProviderError(
             ProviderErrorKind.BAD_RESPONSE,
-            f"expected a matrix, got {data.get('resultType')!r}",
+            f"expected a {result_type}, got {data.get('resultType')!r}",
             query=query,
         )
     result: list[Any] = data["result"]

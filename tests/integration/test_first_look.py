@@ -1,0 +1,129 @@
+"""A cold start against a real Prometheus: the first snapshot from its own aggregates, then
+the raw samples' in the same cycle."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+from backends import openmetrics_text
+from service import prometheus_engine
+from synth import node_history
+
+from loadwatcher.engine import Engine
+from loadwatcher.model import WIRE_OPERATORS, Operator
+from loadwatcher.pipeline.snapshot import Snapshot
+
+pytestmark = pytest.mark.backend
+
+
+def published(engine: Engine) -> list[Snapshot]:
+    seen: list[Snapshot] = []
+
+    def record() -> None:
+        assert engine.current is not None
+        seen.append(engine.current.snapshot)
+
+    engine.on_published = record
+    return seen
+
+
+def by_key(snap: Snapshot, op: Operator) -> dict[tuple[str, str], float]:
+    stats = snap.windows["15m"]
+    return {
+        (snap.keys[s][0], str(snap.keys[s][1])): v
+        for s, v in zip(stats.sids.tolist(), stats.values[op].tolist(), strict=True)
+    }
+
+
+async def test_the_backend_aggregates_are_served_first_and_equal_the_raw_rollups(
+    prometheus_factory,
+) -> None:
+    now = time.time()
+    history = node_history(20, math.floor(now) - 1)
+    prom = prometheus_factory(openmetrics_text(history))
+    engine = prometheus_engine(prom.url)
+    seen = published(engine)
+    try:
+        await engine.cycle(now)
+    finally:
+        await engine.close()
+    assert len(seen) == 2
+    first, raw = seen
+    assert first.nodes == raw.nodes and len(first.nodes) == 20
+    assert {tag["rollups"] for tag in first.tags.values()} == {"backend"}
+    assert {tag["quality"] for tag in first.tags.values()} == {"ok"}
+    assert all("rollups" not in tag for tag in raw.tags.values())
+    assert first.windows["15m"].operators == (Operator.AVG, Operator.STD)
+    assert raw.windows["15m"].operators == WIRE_OPERATORS
+    for op in (Operator.AVG, Operator.STD):
+        pushed_down, ours = by_key(first, op), by_key(raw, op)
+        assert pushed_down.keys() == ours.keys()
+        keys = sorted(ours)
+        np.testing.assert_allclose(
+            [pushed_down[k] for k in keys], [ours[k] for k in keys], rtol=1e-9, atol=1e-9
+        )
+
+
+async def test_no_first_look_while_a_series_is_stale(prometheus_factory) -> None:
+    """One node stopped 400 s ago: the aggregates cannot say which, so only the raw
+    snapshot is published (with that node stale)."""
+    now = time.time()
+    history = node_history(5, math.floor(now) - 1)
+    stopped = node_history(1, math.floor(now) - 400, span_s=500.0, seed=3, offset_s=0.0)
+    stopped = [(name, {**labels, "instance": "gone:9100"}, pts) for name, labels, pts in stopped]
+    prom = prometheus_factory(openmetrics_text(history + stopped))
+    engine = prometheus_engine(prom.url)
+    seen = published(engine)
+    try:
+        await engine.cycle(now)
+    finally:
+        await engine.close()
+    assert len(seen) == 1
+    assert seen[0].tags["gone"]["quality"] == "stale"
+    assert all("rollups" not in tag for tag in seen[0].tags.values())
+
+
+async def test_no_first_look_for_an_expression(prometheus_factory) -> None:
+    now = time.time()
+    history = node_history(3, math.floor(now) - 1)
+    prom = prometheus_factory(openmetrics_text(history))
+    engine = prometheus_engine(
+        prom.url, LOADWATCHER_PROMETHEUS_CPU_QUERY="instance:node_cpu:ratio * 1"
+    )
+    seen = published(engine)
+    try:
+        await engine.cycle(now)
+    finally:
+        await engine.close()
+    assert len(seen) == 1 and len(seen[0].nodes) == 3
+
+
+async def test_a_failed_backfill_keeps_the_first_look_and_ages_it(
+    prometheus_factory, monkeypatch
+) -> None:
+    now = time.time()
+    history = node_history(4, math.floor(now) - 1)
+    prom = prometheus_factory(openmetrics_text(history))
+    engine = prometheus_engine(prom.url)
+    seen = published(engine)
+    from loadwatcher.errors import ProviderError, ProviderErrorKind
+
+    async def down(now: float, since: float | None) -> None:
+        raise ProviderError(ProviderErrorKind.CONNECT, "backend went away")
+
+    monkeypatch.setattr(engine.provider, "fetch", down)
+    try:
+        await engine.cycle(now)
+        assert len(seen) == 1 and engine.current is not None
+        assert {t["quality"] for t in engine.current.snapshot.tags.values()} == {"ok"}
+        # Past what the aggregates vouched for, every node turns stale; the values stay.
+        await engine.cycle(now + 61)
+        snap = engine.current.snapshot
+        assert snap.taken_at == seen[0].taken_at
+        assert {t["quality"] for t in snap.tags.values()} == {"stale"}
+        assert by_key(snap, Operator.AVG) == by_key(seen[0], Operator.AVG)
+    finally:
+        await engine.close()
