@@ -247,3 +247,26 @@ def test_store_counts_unparsable_apart_from_non_finite() -> None:
     result = SampleStore().add([batch])
     assert result.dropped == {"non_finite": 2, "negative": 0, "over_100": 0, "unparsable": 1}
     assert result.added.val.tolist() == [50.0]
+
+
+async def test_answers_are_asked_for_uncompressed(aiohttp_server) -> None:
+    """Compressing a poll's answer costs Prometheus more CPU than sending it (90 against
+    160 ms a poll at 5,000 nodes, benchmarks/RESULTS.md): the provider asks for identity."""
+    asked: list[str | None] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        asked.append(request.headers.get("Accept-Encoding"))
+        doc = {"status": "success", "data": {"resultType": "matrix", "result": []}}
+        return web.Response(body=orjson.dumps(doc), content_type="application/json")
+
+    application = web.Application()
+    application.router.add_get("/api/v1/query", answer)
+    server = await aiohttp_server(application)
+    settings = HttpSettings(address=str(server.make_url("")).rstrip("/"))
+    options = PrometheusOptions(queries=(Query(Resource.CPU, "custom_metric", 100.0),))
+    provider = PrometheusProvider(settings, options)
+    try:
+        await provider.fetch(time.time(), time.time() - 15)
+    finally:
+        await provider.close()
+    assert asked == ["identity"]

@@ -115,7 +115,11 @@ class PrometheusProvider:
         seconds, at = span
         promql = range_query(expr, seconds, self.options.step_s)
         answer = await self._http.request_bytes(
-            "GET", "/api/v1/query", params={"query": promql, "time": f"{at:.3f}"}, query=promql
+            "GET",
+            "/api/v1/query",
+            params={"query": promql, "time": f"{at:.3f}"},
+            query=promql,
+            compressed=False,
         )
         try:
             # In a worker thread: a cold start's answer of a large cluster is long to parse,
