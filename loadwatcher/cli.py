@@ -12,8 +12,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import yaml
-
 from loadwatcher import __version__, allocator, config
 from loadwatcher.commandline import parse_args
 from loadwatcher.errors import ConfigError
@@ -79,6 +77,8 @@ def _config_check(args: argparse.Namespace) -> int:
     if settings.server.auth_token_file:  # what serve would refuse at start
         TokenFile(settings.server.auth_token_file).require("server.auth_token_file")
     effective = config.effective(settings, registry.catalogue())
+    import yaml  # not at the top: `serve` reads YAML only when given a --config file
+
     sys.stdout.write(yaml.safe_dump(effective, sort_keys=False))
     return 0
 

@@ -7,12 +7,9 @@ Pure: it takes the YAML text, the environment mapping and the flag values, and r
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from loadwatcher.config.catalogue import Catalogue, installed
 from loadwatcher.config.settings import Settings
@@ -34,6 +31,9 @@ _LISTED_FIRST = (
 
 
 def _flatten_yaml(text: str, source: str, cat: Catalogue) -> dict[str, Any]:
+    # Imported here: most starts have no configuration file, and each import delays serving.
+    import yaml
+
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -67,6 +67,8 @@ def _flatten_yaml(text: str, source: str, cat: Catalogue) -> dict[str, Any]:
 
 
 def _closest(word: str, known: Iterable[str]) -> str | None:
+    import difflib  # only a mistyped setting gets here
+
     found = difflib.get_close_matches(word, list(known), n=1)
     return found[0] if found else None
 

@@ -23,9 +23,9 @@ from prometheus_client import Histogram
 from loadwatcher.engine import Engine
 from loadwatcher.engine.published import Body
 from loadwatcher.engine.selfmetrics import CONTENT_TYPE
-from loadwatcher.http import negotiation, openapi, params, prepared, security, statuspage
+from loadwatcher.http import negotiation, params, prepared, security
 from loadwatcher.http.appkeys import ENCODINGS_KEY, ENGINE_KEY, RECEIVING_KEY
-from loadwatcher.http.params import BadRequest
+from loadwatcher.http.params import NODE_NAME_PATTERN, BadRequest
 from loadwatcher.http.security import TokenFile
 from loadwatcher.model import WINDOWS
 from loadwatcher.wire.formats import Format
@@ -40,7 +40,7 @@ PUSH_PATHS = frozenset({"/api/v1/write", "/write", "/api/v2/write"})
 
 _WINDOW_NAMES = tuple(w.name for w in WINDOWS)
 _ALLOWED_PARAMS = frozenset({"host", "window", "format"})
-_NODE_NAME = re.compile(openapi.NODE_NAME_PATTERN)
+_NODE_NAME = re.compile(NODE_NAME_PATTERN)
 
 
 def error(
@@ -154,7 +154,17 @@ async def readyz(request: web.Request) -> web.Response:
     return web.Response(body=b'{"status":"ready"}', content_type="application/json")
 
 
+async def status_page(request: web.Request) -> web.Response:
+    # Imported at the first request (as openapi): few clients ask for the page, and every
+    # import at start delays a restarted service's first answer.
+    from loadwatcher.http import statuspage
+
+    return await statuspage.status_page(request)
+
+
 async def openapi_json(request: web.Request) -> web.Response:
+    from loadwatcher.http import openapi  # at the first request, as statuspage
+
     document = openapi.spec(push=request.app[RECEIVING_KEY])
     return web.Response(body=orjson.dumps(document), content_type="application/json")
 
@@ -243,7 +253,7 @@ def make_app(
     app.router.add_get("/watcher/{hostname}", watcher_host)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    app.router.add_get("/", statuspage.status_page)
+    app.router.add_get("/", status_page)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi_json)
     if receiver is not None:

@@ -8,10 +8,9 @@ from importlib import resources
 from typing import Any
 
 from loadwatcher import __version__
+from loadwatcher.http.params import NODE_NAME_PATTERN
 from loadwatcher.http.statusrows import SORTS
 from loadwatcher.push.line_protocol import PRECISIONS_V1, PRECISIONS_V2
-
-NODE_NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._:-]{0,251}[A-Za-z0-9])?$"
 
 
 def _schema(name: str) -> dict[str, Any]:

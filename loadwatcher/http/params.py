@@ -6,6 +6,9 @@ from collections.abc import Collection
 
 from multidict import MultiMapping
 
+# The node names ``?host=`` and ``/watcher/{hostname}`` accept; the OpenAPI document shows it.
+NODE_NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._:-]{0,251}[A-Za-z0-9])?$"
+
 
 class BadRequest(Exception):
     """A request the client must fix: answered 400 with ``code`` and ``message``."""

@@ -121,7 +121,8 @@ def length_groups(count: IntArray) -> list[IntArray]:
     do not widen every row to theirs, and a few short ones do not cost a group of their own.
     """
     length_class = np.frexp((count - 1).astype(np.float64))[1]  # bit length of count - 1
-    classes = np.unique(length_class).tolist()
+    # Not np.unique: in numpy 2.4 it imports numpy.ma (7 ms and 1.3 MB at the first cycle).
+    classes = np.flatnonzero(np.bincount(length_class)).tolist()
     if len(classes) == 1:
         return [np.arange(count.shape[0])]
     groups: list[list[IntArray]] = []
