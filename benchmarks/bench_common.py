@@ -33,6 +33,15 @@ _EXTRA_BIN_DIRS = ("/usr/sbin", "/sbin", "/usr/local/sbin")
 
 STOP_TIMEOUT_S = 15.0
 
+# What the Go load-watcher asks Prometheus for its 15-minute window (avg and stddev of each
+# resource), one query after another: the reference of the cold start's first snapshot.
+GO_QUERIES = (
+    "avg_over_time(instance:node_cpu:ratio[15m])",
+    "stddev_over_time(instance:node_cpu:ratio[15m])",
+    "avg_over_time(instance:node_memory_utilisation:ratio[15m])",
+    "stddev_over_time(instance:node_memory_utilisation:ratio[15m])",
+)
+
 _STARTED = time.monotonic()
 
 

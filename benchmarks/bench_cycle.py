@@ -8,12 +8,21 @@ provider does, with a plain ``aiohttp`` client, reads every body and throws it a
 talk to the same Prometheus, one right after the other, in alternating order.
 
 - cold start: a fresh engine and journal, one cycle that backfills the retention (17 min);
+  besides the whole cycle, the time until ``engine.current`` first holds every node (the
+  engine may publish early, before the cycle ends), against the Go load-watcher's own four
+  15-minute queries sent one after another (``GO_QUERIES``);
 - steady state: one engine after its cold start, ``now`` advanced by 15 s per cycle, each
   cycle fetching what is new plus the provider's overlap.
 
+Each cycle's CPU is the process's (``time.process_time``: every thread) over the cycle, and
+over the idle work it leaves (the WAL fold), awaited right after it; nothing else of the
+harness runs meanwhile (the references run before or after, never beside it).
+
 Phase times come from timing wrappers put around the module functions and instance methods
 the engine calls (this harness only; nothing in ``loadwatcher/`` is changed). A phase whose
-function is not found is simply not reported.
+function is not found is simply not reported. A phase's CPU: for the functions run in
+worker threads, that thread's CPU clock; for the async ones (fetch, journal write), the
+process's CPU over their span less what the thread phases running beside them used then.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import contextlib
 import functools
 import importlib
 import os
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -30,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from bench_common import progress, setup_paths
+from bench_common import GO_QUERIES, progress, setup_paths
 
 setup_paths()
 
@@ -42,6 +52,9 @@ STEP_S = 15.0
 Request = tuple[str, str, tuple[tuple[str, str], ...]]
 """(method, url, sorted params) of one backend request."""
 
+# How often the cold start's watcher looks at ``engine.current`` besides the publication hook.
+WATCH_S = 0.002
+
 
 @dataclass
 class CycleRun:
@@ -50,6 +63,15 @@ class CycleRun:
     phases_ms: dict[str, float]
     samples: int
     requests: int
+    cpu_ms: float = 0.0
+    """Process CPU over the cycle (every thread)."""
+    idle_cpu_ms: float = 0.0
+    """Process CPU of the idle work the cycle left (the WAL fold), awaited right after it."""
+    phases_cpu_ms: dict[str, float] = field(default_factory=dict)
+    first_full_ms: float | None = None
+    """Cold start: cycle start -> the first publication holding every node."""
+    go_reference_ms: float | None = None
+    """Cold start: the Go load-watcher's four 15-minute queries, one after another."""
 
 
 @dataclass
@@ -64,46 +86,92 @@ class CycleResult:
     """WAL folds after the steady cycles (the engine's idle-time work before the next poll)."""
 
 
+@dataclass
+class _ThreadCall:
+    """One call of a timed function in some thread: that thread's CPU clock at its start and
+    end (``end`` is None while it runs)."""
+
+    clock: int
+    start: float
+    end: float | None = None
+
+    def cpu_now(self) -> float:
+        return self.end if self.end is not None else time.clock_gettime(self.clock)
+
+
 class Probe:
     """Timing wrappers around what the engine calls; collects one cycle's phases."""
 
     def __init__(self) -> None:
         self.phases: dict[str, float] = {}
+        self.phases_cpu: dict[str, float] = {}
         self.requests: list[Request] = []
         self.samples = 0
         self.snapshot_bytes = 0
         self.fold_ms: list[float] = []
+        self._calls: list[_ThreadCall] = []
+        self._lock = threading.Lock()
         self._stack = contextlib.ExitStack()
 
     def reset(self) -> None:
         self.phases = {}
+        self.phases_cpu = {}
         self.requests = []
         self.samples = 0
+        with self._lock:
+            self._calls = []
 
-    def _add(self, phase: str, seconds: float) -> None:
+    def _add(self, phase: str, seconds: float, cpu_s: float) -> None:
         self.phases[phase] = self.phases.get(phase, 0.0) + seconds * 1000.0
+        self.phases_cpu[phase] = self.phases_cpu.get(phase, 0.0) + cpu_s * 1000.0
 
     def _timed(self, phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            # The calling thread's own CPU clock: a worker thread of asyncio.to_thread.
+            call = _ThreadCall(
+                time.pthread_getcpuclockid(threading.get_ident()), time.thread_time()
+            )
+            with self._lock:
+                self._calls.append(call)
             began = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self._add(phase, time.perf_counter() - began)
+                call.end = time.thread_time()
+                self._add(phase, time.perf_counter() - began, call.end - call.start)
 
         return wrapper
+
+    def _thread_cpu_marks(self) -> list[float]:
+        """Where each thread phase of this cycle stands on its thread's CPU clock now."""
+        with self._lock:
+            return [c.cpu_now() for c in self._calls]
+
+    def _thread_cpu_since(self, marks: list[float]) -> float:
+        """CPU the thread phases used since ``marks`` were taken (those started since: all)."""
+        with self._lock:
+            calls = list(self._calls)
+        used = 0.0
+        for k, call in enumerate(calls):
+            used += call.cpu_now() - (marks[k] if k < len(marks) else call.start)
+        return used
 
     def _timed_async(
         self, phase: str, fn: Callable[..., Awaitable[Any]]
     ) -> Callable[..., Awaitable[Any]]:
         @functools.wraps(fn)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            marks = self._thread_cpu_marks()
             began = time.perf_counter()
+            cpu = time.process_time()
             try:
                 return await fn(*args, **kwargs)
             finally:
-                self._add(phase, time.perf_counter() - began)
+                cpu = time.process_time() - cpu
+                wall = time.perf_counter() - began
+                # The rendering runs in a thread beside the journal write: its CPU is its own.
+                self._add(phase, wall, max(0.0, cpu - self._thread_cpu_since(marks)))
 
         return wrapper
 
@@ -137,6 +205,9 @@ class Probe:
         """Wrap this engine's provider fetch, store writes, HTTP requests and journal write."""
         provider: Any = engine.provider
         provider.fetch = self._timed_async("fetch", provider.fetch)
+        # A cold start's early snapshot, from the backend's own aggregates, when it has one.
+        if hasattr(provider, "fetch_summary"):
+            provider.fetch_summary = self._timed_async("early fetch", provider.fetch_summary)
         store: Any = engine.store
         add = store.add
 
@@ -186,6 +257,21 @@ def build_engine(prom_url: str, db: Path | None) -> Engine:
     return app.build_engine(config.resolve(None, env))
 
 
+async def go_reference(prom_url: str, now: float) -> float:
+    """Milliseconds for the Go load-watcher's 15-minute queries at ``now``, one after another,
+    each a GET /api/v1/query read whole and dropped, by a bare client with default headers
+    (gzip accepted, as Go's client does)."""
+    async with aiohttp.ClientSession() as session:
+        began = time.perf_counter()
+        for query in GO_QUERIES:
+            params = {"query": query, "time": f"{now:.3f}"}
+            async with session.get(f"{prom_url}/api/v1/query", params=params) as resp:
+                await resp.read()
+                if resp.status != 200:
+                    raise RuntimeError(f"Go reference query {query} -> {resp.status}")
+        return (time.perf_counter() - began) * 1000.0
+
+
 async def reference(session: aiohttp.ClientSession, requests: list[Request]) -> float:
     """Milliseconds to send ``requests`` concurrently and read (then drop) every body."""
 
@@ -206,6 +292,45 @@ def _session() -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=16))
 
 
+async def _watched_cycle(engine: Engine, now: float, nodes: int) -> tuple[float, float | None]:
+    """Run one cycle as a task; seconds (perf_counter) when it ended and when ``engine.current``
+    first held ``nodes`` nodes (None: never). Seen both at the engine's publication hook and
+    by looking at ``engine.current`` every ``WATCH_S``, so an early publication is caught
+    however it is made.
+    """
+    first: list[float] = []
+
+    def look() -> None:
+        pub = engine.current
+        if not first and pub is not None and len(pub.snapshot.nodes) >= nodes:
+            first.append(time.perf_counter())
+
+    chained = engine.on_published
+
+    def on_published() -> None:
+        look()
+        if chained is not None:
+            chained()
+
+    ended: list[float] = []
+
+    async def cycle() -> None:
+        await engine.cycle(now)
+        ended.append(time.perf_counter())
+
+    engine.on_published = on_published
+    try:
+        task = asyncio.ensure_future(cycle())
+        while not task.done():
+            look()
+            await asyncio.wait({task}, timeout=WATCH_S)
+        await task
+    finally:
+        engine.on_published = chained
+    look()
+    return ended[0], min(first[0], ended[0]) if first else None
+
+
 async def _measured(
     engine: Engine,
     probe: Probe,
@@ -213,8 +338,10 @@ async def _measured(
     session: aiohttp.ClientSession,
     predicted: list[Request] | None,
     reference_first: bool,
+    watch_nodes: int | None = None,
 ) -> CycleRun:
-    """One cycle at ``now`` and its reference; the reference goes first when it can."""
+    """One cycle at ``now`` and its reference; the reference goes first when it can. With
+    ``watch_nodes``, also when the first snapshot with that many nodes was published."""
     ref_ms: float | None = None
     # What the last cycle left for the idle time before the next poll (the WAL fold): a
     # real poll interval (15 s) leaves it done, so neither side is measured next to it.
@@ -222,15 +349,40 @@ async def _measured(
     if reference_first and predicted:
         ref_ms = await reference(session, predicted)
     probe.reset()
+    first_full_ms: float | None = None
+    cpu = time.process_time()
     began = time.perf_counter()
-    await engine.cycle(now)
-    service_ms = (time.perf_counter() - began) * 1000.0
+    if watch_nodes is None:
+        await engine.cycle(now)
+        ended = time.perf_counter()
+    else:
+        ended, first = await _watched_cycle(engine, now, watch_nodes)
+        if first is None:
+            progress(f"  the cycle never published a snapshot with all {watch_nodes} nodes")
+        else:
+            first_full_ms = (first - began) * 1000.0
+    cycle_cpu = time.process_time()
+    service_ms = (ended - began) * 1000.0
+    # The idle work the cycle left is part of what each poll costs: awaited here, so that
+    # its CPU is the poll's, and before any reference.
+    await engine.wait_idle_work()
+    idle_cpu = time.process_time()
     if not engine.provider_status.ok:
         raise RuntimeError(f"poll cycle failed: {engine.provider_status.error}")
     recorded = list(probe.requests)
     if ref_ms is None or sorted(recorded) != sorted(predicted or []):
         ref_ms = await reference(session, recorded)
-    return CycleRun(service_ms, ref_ms, dict(probe.phases), probe.samples, len(recorded))
+    return CycleRun(
+        service_ms,
+        ref_ms,
+        dict(probe.phases),
+        probe.samples,
+        len(recorded),
+        cpu_ms=(cycle_cpu - cpu) * 1000.0,
+        idle_cpu_ms=(idle_cpu - cycle_cpu) * 1000.0,
+        phases_cpu_ms=dict(probe.phases_cpu),
+        first_full_ms=first_full_ms,
+    )
 
 
 def _with_time(requests: list[Request], now: float) -> list[Request]:
@@ -256,6 +408,7 @@ async def bench(
         cold_requests = list(probe.requests)
         await warm.close()
         del warm
+        await go_reference(prom_url, now0)
         engine: Engine | None = None
         for rep in range(repeat):
             if engine is not None:
@@ -264,12 +417,20 @@ async def bench(
             engine = build_engine(prom_url, db)
             probe.attach(engine)
             await engine.recover()
+            references_first = rep % 2 == 1
+            go_ms = await go_reference(prom_url, now0) if references_first else None
             async with _session() as session:
-                run = await _measured(engine, probe, now0, session, cold_requests, rep % 2 == 1)
+                run = await _measured(
+                    engine, probe, now0, session, cold_requests, references_first, nodes
+                )
+            run.go_reference_ms = go_ms if go_ms is not None else await go_reference(prom_url, now0)
             result.cold.append(run)
             progress(
-                f"  {nodes} nodes cold start {rep + 1}/{repeat}: service {run.service_ms:.0f} ms,"
-                f" bare HTTP {run.reference_ms:.0f} ms, {run.samples} samples"
+                f"  {nodes} nodes cold start {rep + 1}/{repeat}: first full snapshot "
+                f"{run.first_full_ms or float('nan'):.0f} ms (Go's 15m queries "
+                f"{run.go_reference_ms:.0f} ms), "
+                f"cycle {run.service_ms:.0f} ms (bare HTTP {run.reference_ms:.0f} ms), "
+                f"{run.samples} samples"
             )
         assert engine is not None
         async with _session() as session:
@@ -286,10 +447,12 @@ async def bench(
         await engine.wait_idle_work()
         result.fold_ms = probe.fold_ms[1:]  # the first follows the cold start
         steady_ms = sorted(r.service_ms for r in result.steady)
+        steady_cpu = sorted(r.cpu_ms + r.idle_cpu_ms for r in result.steady)
         if steady_ms:
             progress(
                 f"  {nodes} nodes steady state: {len(steady_ms)} cycles, median service "
-                f"{steady_ms[len(steady_ms) // 2]:.0f} ms"
+                f"{steady_ms[len(steady_ms) // 2]:.0f} ms, CPU per poll "
+                f"{steady_cpu[len(steady_cpu) // 2]:.0f} ms"
             )
         db_path = Path(str(engine.journal.path)) if engine.journal else None
         if db_path is not None:

@@ -1,4 +1,4 @@
-"""The real service as a process: start it, wait for all nodes, memory, restart time.
+"""The real service as a process: start it, wait for all nodes, memory, CPU, start times.
 
 The service is started exactly as a user would (``python -m loadwatcher serve``) with the
 Go load-watcher environment variables ``METRICS_PROVIDER_NAME=Prometheus`` and
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -29,6 +30,13 @@ from bench_common import (
 )
 
 POLL_S = 0.01
+# Watching for the next poll: /watcher/health is asked every WATCH_S, from WATCH_EARLY_S
+# before the poll is due, so that the harness's requests cost the service little CPU.
+WATCH_S = 0.05
+WATCH_EARLY_S = 0.5
+CLOCK_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+# /watcher/health requests sent back to back to learn what answering one costs the service.
+HEALTH_PROBES = 100
 
 # ``python -m loadwatcher`` with every response built by aiohttp's ``web.Response`` (the
 # plain twin of the prepared responses), for benchmarks/fastpaths.py.
@@ -132,6 +140,45 @@ class Service:
         value = snap.get("takenAt")
         return float(value) if value is not None else None
 
+    def watch_polls(self, polls: int, timeout_s: float) -> list[PollSeen]:
+        """The next ``polls`` polls, each seen as soon as /watcher/health shows a snapshot
+        taken at least half a poll interval after the last one seen (a cold cycle that
+        publishes twice, early then in full, is one poll). Each comes with what
+        /proc/PID/status and /proc/PID/stat said right after."""
+        deadline = time.monotonic() + timeout_s
+        interval = self.poll_interval_s
+        last = self.taken_at()
+        due = time.monotonic() + WATCH_S
+        seen: list[PollSeen] = []
+        requests = 0
+        while len(seen) < polls:
+            if time.monotonic() > deadline:
+                raise ServiceError(f"only {len(seen)} of {polls} polls in {timeout_s:.0f} s")
+            time.sleep(max(0.0, due - time.monotonic()))
+            now = self.taken_at()
+            requests += 1
+            if now is not None and (last is None or now >= last + interval / 2):
+                mem = memory_kib(self.pid)
+                seen.append(PollSeen(now, mem["VmRSS"], mem["VmHWM"], cpu_s(self.pid), requests))
+                last, requests = now, 0
+                due = time.monotonic() + max(WATCH_S, interval - WATCH_EARLY_S)
+            else:
+                due = time.monotonic() + WATCH_S
+        return seen
+
+    def health_cost_ms(self, taken_at: float) -> float | None:
+        """The CPU (ms) the service spends on one /watcher/health request, measured between
+        two polls, once the last one (snapshot ``taken_at``) has left its idle work behind;
+        None when a poll ran meanwhile."""
+        time.sleep(min(0.3, self.poll_interval_s / 4))
+        before = task_cpu_ns(self.pid)
+        for _ in range(HEALTH_PROBES):
+            self.taken_at()
+        used = task_cpu_ns(self.pid) - before
+        if self.taken_at() != taken_at:
+            return None
+        return used / 1e6 / HEALTH_PROBES
+
     def wait_cycles(self, cycles: int, timeout_s: float) -> None:
         """Wait until the snapshot has been replaced ``cycles`` times (successful polls)."""
         deadline = time.monotonic() + timeout_s
@@ -146,20 +193,63 @@ class Service:
                 seen, done = now, done + 1
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` (every thread), from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    # After "pid (comm)": state is field 3, utime 14 and stime 15.
+    return (int(fields[11]) + int(fields[12])) * CLOCK_TICK_S
+
+
+def task_cpu_ns(pid: int) -> int:
+    """Nanoseconds on CPU of ``pid``'s live threads (/proc/PID/task/*/schedstat): finer than
+    /proc/PID/stat's clock ticks, blind to threads that have ended."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended meanwhile
+    return total
+
+
+@dataclass(frozen=True)
+class PollSeen:
+    """A poll seen from outside: its snapshot time, then the process's memory (KiB) and CPU
+    (s) read right after, and the /watcher/health requests it took to see it."""
+
+    taken_at: float
+    rss_kib: int
+    hwm_kib: int
+    cpu_s: float
+    requests: int
+
+
 @dataclass
 class MemoryResult:
     nodes: int
     first_full_s: float
     cycles: int
     rss_kib: int
+    """VmRSS after the last poll."""
     hwm_kib: int
+    """VmHWM (peak RSS) over the cold start and every poll."""
     journal_bytes: int = 0
+    steady_rss_kib: int = 0
+    """The median VmRSS read right after each of the last half of the polls."""
+    polls: list[PollSeen] = field(default_factory=list)
+    cpu_ms_per_poll: float | None = None
+    """utime + stime between the first poll seen and the last, per poll (None: one poll)."""
+    health_requests_per_poll: float = 0.0
+    health_request_cpu_ms: float | None = None
+    """The service's CPU per /watcher/health request (None: a poll ran while measuring it)."""
 
 
 def memory(
     workdir: Path, prom_url: str, nodes: int, db: Path, cycles: int, poll_interval_s: float
 ) -> MemoryResult:
-    """RSS once the service holds ``nodes`` × 15+ min and ran ``cycles`` more polls.
+    """Peak and steady RSS of a cold start (``db`` does not exist yet) followed by ``cycles``
+    polls after the first full answer, and the process's CPU per poll over those polls.
 
     The journal it leaves behind (stopped cleanly, WAL checkpointed) is ``db``.
     """
@@ -169,15 +259,64 @@ def memory(
         service.start()
         first = service.wait_all_nodes(nodes, timeout_s=180)
         progress(f"  service has all {nodes} nodes {first:.1f} s after start")
-        service.wait_cycles(cycles, timeout_s=60 + cycles * (poll_interval_s + 30))
+        polls = service.watch_polls(cycles, timeout_s=60 + cycles * (poll_interval_s + 30))
         mem = memory_kib(service.pid)
+        health_ms = service.health_cost_ms(polls[-1].taken_at)
     finally:
         code = service.stop()
     if code != 0:
         raise ServiceError(f"service exited with {code}:\n{tail(service.log_path)}")
-    return MemoryResult(
-        nodes, first, cycles, mem["VmRSS"], mem["VmHWM"], journal_bytes=db.stat().st_size
+    last_half = polls[len(polls) // 2 :]
+    result = MemoryResult(
+        nodes,
+        first,
+        cycles,
+        mem["VmRSS"],
+        mem["VmHWM"],
+        journal_bytes=db.stat().st_size,
+        steady_rss_kib=int(statistics.median(p.rss_kib for p in last_half)),
+        polls=polls,
+        health_request_cpu_ms=health_ms,
     )
+    if len(polls) > 1:
+        between = polls[1:]
+        result.cpu_ms_per_poll = (polls[-1].cpu_s - polls[0].cpu_s) * 1000.0 / len(between)
+        result.health_requests_per_poll = statistics.mean(p.requests for p in between)
+    progress(
+        f"  peak RSS {result.hwm_kib / 1024:.0f} MB, steady {result.steady_rss_kib / 1024:.0f} MB"
+        f", CPU per poll {result.cpu_ms_per_poll or 0:.0f} ms over {len(polls) - 1} poll(s)"
+    )
+    return result
+
+
+@dataclass
+class ColdStartResult:
+    nodes: int
+    seconds: list[float] = field(default_factory=list)
+
+
+def cold_start(workdir: Path, prom_url: str, nodes: int, runs: int) -> ColdStartResult:
+    """Process start -> first 200 on /watcher with all ``nodes``, each run on a journal path
+    that does not exist yet (Prometheus up)."""
+    result = ColdStartResult(nodes)
+    workdir.mkdir(parents=True, exist_ok=True)
+    for run in range(runs):
+        db = workdir / f"cold-{run}.db"
+        service = Service(workdir, db, prom_url, free_port(), name="cold")
+        try:
+            service.start()
+            seconds = service.wait_all_nodes(nodes, timeout_s=120)
+        finally:
+            code = service.stop()
+        if code != 0:
+            raise ServiceError(f"service exited with {code}:\n{tail(service.log_path)}")
+        result.seconds.append(seconds)
+        progress(
+            f"  cold start {run + 1}/{runs}: first 200 with all {nodes} nodes in {seconds:.3f} s"
+        )
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(db) + suffix).unlink(missing_ok=True)
+    return result
 
 
 @dataclass

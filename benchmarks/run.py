@@ -6,11 +6,14 @@
     python benchmarks/run.py --sizes 1000 --repeat 3 --out /tmp/r.md --profile
 
 For each size it seeds a real Prometheus (promtool backfill: N nodes × 2 resources, 15 s
-resolution) and measures the poll cycle against a bare HTTP client; at ``--serve-nodes``
-(1,000) ``GET /watcher`` under ``wrk`` against nginx serving the same bytes; at the largest
-size the service's memory, its restart time from the journal and the journal's cost. The
-scoring figure comes from ``benchmarks/bench_scoring.py`` when that exists. Each fast path
-against its plain twin: ``benchmarks/fastpaths.py``.
+resolution) and measures the poll cycle against a bare HTTP client (the cold start's first
+full snapshot against the Go load-watcher's own 15-minute queries, and the cycle's CPU); at
+``--serve-nodes`` (1,000) ``GET /watcher`` under ``wrk`` against nginx serving the same
+bytes; at the largest size the service's peak and steady memory and CPU per poll over a
+cold start and ``--memory-cycles`` polls, its start time with an empty journal, its restart
+time from the journal and the journal's cost. The scoring figure comes from
+``benchmarks/bench_scoring.py`` when that exists. Each fast path against its plain twin:
+``benchmarks/fastpaths.py``.
 
 It installs nothing: ``prometheus``/``promtool``, ``wrk`` and ``nginx`` (Debian packages
 ``prometheus``, ``wrk``, ``nginx``) must be on the machine, or it stops at once saying so.
@@ -74,7 +77,8 @@ FULL = {
     "serve_repeat": 3,
     "wrk_duration": 10,
     "restart_runs": 5,
-    "memory_cycles": 2,
+    "cold_start_runs": 5,
+    "memory_cycles": 10,
     "memory_poll_interval_s": 5.0,
 }
 QUICK = {
@@ -85,7 +89,8 @@ QUICK = {
     "serve_repeat": 1,
     "wrk_duration": 2,
     "restart_runs": 2,
-    "memory_cycles": 1,
+    "cold_start_runs": 2,
+    "memory_cycles": 3,
     "memory_poll_interval_s": 1.0,
 }
 
@@ -105,9 +110,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--wrk-connections", type=int, default=50)
     p.add_argument("--nginx-workers", default="auto", help="nginx worker_processes (default auto)")
     p.add_argument("--restart-runs", type=int, help="restarts to time (default 5)")
-    p.add_argument("--memory-cycles", type=int, help="polls after the first full answer")
+    p.add_argument(
+        "--cold-start-runs", type=int, help="starts with an empty journal to time (default 5)"
+    )
+    p.add_argument(
+        "--memory-cycles", type=int, help="polls after the first full answer (default 10)"
+    )
     p.add_argument("--memory-poll-interval-s", type=float)
-    p.add_argument("--skip", default="", help="comma-separated: cycle,serving,memory,scoring")
+    p.add_argument(
+        "--skip",
+        default="",
+        help="comma-separated: cycle,serving,memory,scoring (memory: also the starts and restarts)",
+    )
     p.add_argument("--profile", action="store_true", help="cProfile the cycle at the largest size")
     p.add_argument("--keep", action="store_true", help="keep the temporary work directory")
     args = p.parse_args(argv)
@@ -295,7 +309,10 @@ def run_size(
                 args.serve_poll_interval_s,
             )
         if "memory" not in args.skip and largest:
-            progress(f"{nodes} nodes: service memory after 15+ min of samples")
+            progress(
+                f"{nodes} nodes: service memory and CPU over a cold start and "
+                f"{args.memory_cycles} polls"
+            )
             journal = workdir / "memory" / "journal.db"
             results.memory = bench_process.memory(
                 workdir / "memory",
@@ -304,6 +321,10 @@ def run_size(
                 journal,
                 args.memory_cycles,
                 args.memory_poll_interval_s,
+            )
+            progress(f"{nodes} nodes: start with an empty journal, Prometheus up")
+            results.cold_start = bench_process.cold_start(
+                workdir / "cold-start", server.url, nodes, args.cold_start_runs
             )
             progress(f"{nodes} nodes: a journal left by kill -9 after a poll")
             crashed = bench_process.crashed_journal(workdir / "crash", server.url, nodes, journal)

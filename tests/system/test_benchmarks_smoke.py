@@ -62,7 +62,21 @@ def test_quick_run_writes_a_table_with_numbers_in_every_row(tmp_path: Path) -> N
     rows = _table(out.read_text(encoding="utf-8"))
     by_kind = {row[0] for row in rows}
     assert by_kind == {"1", "2", "3", "4", "5", "6"}, rows
-    assert sum(1 for r in rows if r[1].startswith("poll cycle")) == 4  # 2 sizes × cold/steady
+    cycles = [r for r in rows if r[1].startswith("poll cycle")]
+    assert len(cycles) == 4, cycles  # 2 sizes × cold/steady
+    assert all(r[6] == "—" for r in cycles), cycles  # information: no target any more
+
+    def starting(prefix: str) -> list[list[str]]:
+        return [r for r in rows if r[1].startswith(prefix)]
+
+    # Per size: the cold start's first snapshot against Go's queries, the CPU per poll.
+    assert len(starting("cold start, first snapshot")) == 2, rows
+    assert all(r[5].endswith("×") for r in starting("cold start, first snapshot")), rows
+    assert len(starting("own CPU (user + system) per steady poll")) == 2, rows
+    assert len(starting("own CPU per poll of the real process")) == 1, rows
+    assert len(starting("start with an empty journal")) == 1, rows
+    memory = [r for r in rows if r[0] == "4"]
+    assert [r[1].split()[0] for r in memory] == ["peak", "steady", "peak"], memory
     assert sum(1 for r in rows if r[1].startswith("GET /watcher")) == 2  # plain and gzip
     scoring_script = (REPO / "benchmarks" / "bench_scoring.py").exists()
     for row in rows:
