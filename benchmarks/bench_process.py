@@ -133,6 +133,20 @@ class Service:
                 )
             time.sleep(POLL_S)
 
+    def wait_full_rollups(self, timeout_s: float) -> None:
+        """Wait until ``/watcher`` serves the raw samples' rollups, not the cold start's
+        early snapshot of the backend's aggregates (nodes tagged ``"rollups": "backend"``)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            status, _, body = http_get(self.port, "/watcher", timeout_s=5.0)
+            if status == 200:
+                nodes = orjson.loads(body)["data"]["NodeMetricsMap"].values()
+                if nodes and all("rollups" not in n.get("tags", {}) for n in nodes):
+                    return
+            if time.monotonic() > deadline:
+                raise ServiceError(f"no snapshot of the raw samples within {timeout_s:.0f} s")
+            time.sleep(0.05)
+
     def taken_at(self) -> float | None:
         """The current snapshot's time, from ``/watcher/health``."""
         _, _, body = http_get(self.port, "/watcher/health")

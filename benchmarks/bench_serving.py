@@ -180,6 +180,7 @@ def bench(
     try:
         service.start()
         service.wait_all_nodes(nodes, timeout_s=180)
+        service.wait_full_rollups(timeout_s=180)
         status, headers, body = http_get(service.port, "/watcher")
         gz_status, gz_headers, gz_body = http_get(service.port, "/watcher", GZIP)
         if status != 200 or gz_status != 200 or gz_headers.get("content-encoding") != "gzip":
