@@ -175,7 +175,7 @@ def parse_vector(body: bytes, memo: ParseMemo, query: str) -> Vector:
         raise ProviderError(
             ProviderErrorKind.BAD_RESPONSE, f"malformed sample in result: {exc}", query=query
         ) from exc
-    labelled = [type(v) is str and v != "" for v in labels]
+    labelled = _labelled(labels)
     if all(labelled):
         return Vector(memo.nodes(labels), values, len(labels), np.empty(0))
     mask = np.array(labelled, bool)
@@ -234,12 +234,17 @@ def _layout(
     }:
         return None
     found: list[Any] = list(map(dict.get, metrics, repeat(memo.label)))
-    labelled = [type(v) is str and v != "" for v in found]
+    labelled = _labelled(found)
     if all(labelled):
         return _Layout(list(zip(memo.nodes(found), repeat(resource))), None, 0)
     labels = [v for v, ok in zip(found, labelled, strict=True) if ok]
     keys = list(zip(memo.nodes(labels), repeat(resource)))
     return _Layout(keys, np.array(labelled, bool), len(found) - len(keys))
+
+
+def _labelled(values: list[Any]) -> list[bool]:
+    """Which label values name a node (a non-empty string)."""
+    return [type(v) is str and v != "" for v in values]
 
 
 def _assemble(layout: _Layout, samples: jsonbytes.Samples, scale: float) -> SeriesBatch:
