@@ -12,7 +12,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from loadwatcher._types import FloatArray, IntArray
+from loadwatcher._types import BoolArray, FloatArray, IntArray, SidArray
 from loadwatcher.errors import ProviderError
 
 __all__ = ["Columns", "FloatArray", "IntArray"]  # re-exported: the layers' common types
@@ -152,14 +152,20 @@ class SeriesBatch:
 @dataclass(frozen=True)
 class Summary:
     """The backend's own aggregates of each series over the longest window ending at
-    ``end``: mean and population standard deviation; the backend vouched that every one of
-    these series has a sample within ``fresh_within_s`` before ``end``."""
+    ``end``: mean and population standard deviation. ``fresh``, aligned with ``keys``: the
+    series the backend vouched had a sample within ``fresh_within_s`` before ``end``; the
+    others are stale. None (the default): every one of them."""
 
     end: int
     fresh_within_s: float
     keys: list[tuple[str, Resource]]
     avg: FloatArray
     std: FloatArray
+    fresh: BoolArray | None = None
+
+    def __post_init__(self) -> None:
+        if self.fresh is not None and self.fresh.shape != (len(self.keys),):
+            raise ValueError(f"fresh has shape {self.fresh.shape}, keys {len(self.keys)}")
 
 
 @dataclass(frozen=True)
@@ -186,7 +192,7 @@ class FetchResult:
 class Columns:
     """A read-only view of samples: series id, timestamp (s), value (percent)."""
 
-    sid: IntArray
+    sid: SidArray
     ts: FloatArray
     val: FloatArray
 

@@ -364,9 +364,15 @@ class Engine:
         keep_from = now - self.options.retention_s
         latest = now + self.options.future_tolerance_s
         withdrawn = self.store.forget_after(latest)
-        added = self.store.add(
-            [*result.series, *result.batches], keep_from=keep_from, latest=latest, clock=now
-        )
+        if len(result.batches) > 1 and not result.series and not self.store.keys:
+            # A cold start's slices: each goes (out of the result too) once merged.
+            added = self.store.add_in_turn(
+                result.batches, keep_from=keep_from, latest=latest, clock=now
+            )
+        else:
+            added = self.store.add(
+                [*result.series, *result.batches], keep_from=keep_from, latest=latest, clock=now
+            )
         idle = self.store.idle_series(keep_from)
         renumber = None
         if idle and idle >= _FORGET_SHARE * len(self.store.keys):

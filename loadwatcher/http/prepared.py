@@ -102,13 +102,26 @@ class EncodedBody:
 
 
 class BodyEncodings:
-    """The identity and gzip encodings of one body (the gzip ETag gets a ``-gzip`` suffix)."""
+    """The identity and gzip encodings of one body (the gzip ETag gets a ``-gzip`` suffix);
+    the identity one is made on its first request, from the body's plain bytes (inflated
+    beforehand: ``Body.inflate``)."""
 
-    __slots__ = ("gzip", "identity")
+    __slots__ = ("_body", "_identity", "gzip")
 
-    def __init__(self, raw: bytes, gz: bytes, etag: str) -> None:
-        self.identity = EncodedBody(raw, etag, None)
-        self.gzip = EncodedBody(gz, etag[:-1] + '-gzip"', "gzip")
+    def __init__(self, body: Body) -> None:
+        # Weak: the cache holding these drops them when the body goes.
+        self._body = weakref.ref(body)
+        self._identity: EncodedBody | None = None
+        self.gzip = EncodedBody(body.gz, body.etag[:-1] + '-gzip"', "gzip")
+
+    @property
+    def identity(self) -> EncodedBody:
+        if self._identity is None:
+            body = self._body()
+            if body is None:  # only while the cache's finalizer is about to drop this
+                raise LookupError("the body of these encodings is gone")
+            self._identity = EncodedBody(body.raw, body.etag, None)
+        return self._identity
 
 
 class EncodingsCache:
@@ -122,7 +135,7 @@ class EncodingsCache:
     def __call__(self, body: Body) -> BodyEncodings:
         encodings = self._by_body.get(id(body))
         if encodings is None:
-            encodings = self._by_body[id(body)] = BodyEncodings(body.raw, body.gz, body.etag)
+            encodings = self._by_body[id(body)] = BodyEncodings(body)
             weakref.finalize(body, self._by_body.pop, id(body), None)
         return encodings
 

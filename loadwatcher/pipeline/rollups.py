@@ -102,7 +102,9 @@ def _runs(cols: Columns) -> Runs:
     sid = cols.sid
     stops = np.append(np.flatnonzero(sid[1:] != sid[:-1]) + 1, sid.shape[0])
     starts = np.concatenate(([0], stops[:-1]))
-    return Runs(cols, sid[starts], starts, stops)
+    # One id per series, 64-bit whatever the samples' width: the snapshot and its journal
+    # record hold them so.
+    return Runs(cols, sid[starts].astype(np.int64), starts, stops)
 
 
 def count_flagged(flags: BoolArray, starts: IntArray) -> IntArray:

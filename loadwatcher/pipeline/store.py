@@ -17,7 +17,7 @@ the retention, not every node ever seen.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import compress
 from typing import Any, Final
 
@@ -59,8 +59,13 @@ class AddResult:
     future_nodes: frozenset[str] = frozenset()
 
 
+# Series ids: 32 bits number two billion series and halve the column beside the 64-bit
+# times and values (2.6 MB of 16 at 5,000 nodes).
+SID = np.int32
+
+
 def _empty_columns() -> Columns:
-    return Columns(np.empty(0, np.int64), np.empty(0, np.float64), np.empty(0, np.float64))
+    return Columns(np.empty(0, SID), np.empty(0, np.float64), np.empty(0, np.float64))
 
 
 class SampleStore:
@@ -101,7 +106,7 @@ class SampleStore:
             for i, sid in enumerate(ids):
                 if sid is None:
                     ids[i] = self.series_id(*keys[i])
-        return np.array(ids, np.int64)
+        return np.array(ids, SID)
 
     def newest(self) -> float | None:
         """Timestamp of the newest sample held, or None when empty."""
@@ -122,12 +127,41 @@ class SampleStore:
     ) -> AddResult:
         """Merge new samples in; drop duplicates and values that are not a utilisation.
 
-        At equal (series, timestamp) the sample given last wins, as within one answer.
+        At equal (series, time) the sample given last wins, as within one answer.
         With ``keep_from``, samples older than it are dropped in the same pass (``trim``):
         the result still reports every sample that was new. With ``latest``, samples later
         than it are dropped as ``future`` before anything else looks at them; ``clock``
         (default ``latest``) is what their lead is measured from.
+
         """
+        return self._add(parts, keep_from, latest, clock)
+
+    def add_in_turn(
+        self,
+        batches: list[SeriesBatch],
+        keep_from: float | None = None,
+        latest: float | None = None,
+        clock: float | None = None,
+    ) -> AddResult:
+        """``add`` of several batches (a cold start's slices), merged one at a time and
+        taken out of ``batches`` as they are: sorting them all at once would hold about ten
+        copies of the whole retention. Into an empty store, what was added is what it holds
+        then (the same arrays)."""
+        was_empty = len(self._cols) == 0
+        results: list[AddResult] = []
+        while batches:
+            result = self._add([batches.pop(0)], keep_from, latest, clock)
+            results.append(replace(result, added=_empty_columns()) if was_empty else result)
+        combined = _combined(results) if results else AddResult(_empty_columns(), {})
+        return replace(combined, added=self._cols) if was_empty else combined
+
+    def _add(
+        self,
+        parts: Iterable[Series | SeriesBatch],
+        keep_from: float | None,
+        latest: float | None,
+        clock: float | None,
+    ) -> AddResult:
         batch = _concatenated(parts)
         dropped = {"non_finite": 0, "negative": 0, "over_100": 0}
         keys, lengths = batch.keys, batch.lengths
@@ -187,7 +221,7 @@ class SampleStore:
         time) order with one sample per time, as ``Journal.load_samples`` returns them."""
         self._keys, self._index = list(keys), {key: i for i, key in enumerate(keys)}
         self._newest = np.full(max(16, len(keys)), -np.inf)
-        self._cols = cols
+        self._cols = Columns(cols.sid.astype(SID, copy=False), cols.ts, cols.val)
         if len(cols):
             np.maximum.at(self._newest, cols.sid, cols.ts)
 
@@ -233,13 +267,35 @@ class SampleStore:
         self._newest = np.full(max(16, len(self._keys)), -np.inf)
         self._newest[: len(self._keys)] = newest
         if len(self._cols):
-            self._cols = Columns(renumber[self._cols.sid], self._cols.ts, self._cols.val)
+            sid = renumber[self._cols.sid].astype(SID)
+            self._cols = Columns(sid, self._cols.ts, self._cols.val)
         return renumber
 
     def count_new(self, keys: Iterable[tuple[str, Resource]]) -> int:
         """How many distinct ``keys`` the store does not hold yet."""
         index = self._index
         return len({key for key in keys if key not in index})
+
+
+def _combined(results: list[AddResult]) -> AddResult:
+    """One ``AddResult`` for several adds in a row; the lead of the future samples is the
+    one of the add that refused the most of them."""
+    dropped: dict[str, int] = {}
+    for r in results:
+        for reason, n in r.dropped.items():
+            dropped[reason] = dropped.get(reason, 0) + n
+    most_future = max(results, key=lambda r: r.dropped.get("future", 0))
+    return AddResult(
+        Columns(
+            np.concatenate([r.added.sid for r in results]),
+            np.concatenate([r.added.ts for r in results]),
+            np.concatenate([r.added.val for r in results]),
+        ),
+        dropped,
+        sum(r.offered for r in results),
+        most_future.ahead_s,
+        frozenset().union(*(r.future_nodes for r in results)),
+    )
 
 
 def _concatenated(parts: Iterable[Series | SeriesBatch]) -> SeriesBatch:

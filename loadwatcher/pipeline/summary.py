@@ -9,10 +9,11 @@ those two operators of the longest window and nothing else; every node's tags ca
 ``"rollups": "backend"`` until the raw snapshot replaces it in the same cycle.
 
 The analyser's checks that need the raw samples are done as far as the aggregates allow,
-never calling a node ok that the raw checks would not. ``stale``: the provider gives a
-summary only when every series has a sample within ``fresh_within_s`` (a little less than
-``stale_after_s``) before its end, so its samples are at most that old plus the time since;
-past ``stale_after_s`` every node turns stale. ``frozen``: the window's standard deviation
+never calling a node ok that the raw checks would not. ``stale``: the provider says which
+series have a sample within ``fresh_within_s`` (a little less than ``stale_after_s``)
+before its end; the others are stale from the start, as the raw checks find them. The fresh
+ones' samples are at most that old plus the time since: past ``stale_after_s`` every node
+turns stale. ``frozen``: the window's standard deviation
 is exactly zero. Values that are not a utilisation leave the series out. The newest
 sample's time itself is not known: the tags have no ``lastSample``.
 """
@@ -49,6 +50,7 @@ def build(
     keep = np.flatnonzero(usable)
     keys = [summary.keys[i] for i in keep.tolist()]
     avg, std = avg[keep], std[keep]
+    fresh = None if summary.fresh is None else summary.fresh[keep]
     n = len(keys)
     newest = np.full(n, -np.inf)  # not known
     codes = np.full(n, SEVERITY[Quality.OK], np.int8)
@@ -57,6 +59,8 @@ def build(
     oldest_possible = summary.fresh_within_s + (now - summary.end)
     if oldest_possible > thresholds.stale_after_s:
         codes[:] = SEVERITY[Quality.STALE]
+    elif fresh is not None:
+        codes[~fresh] = SEVERITY[Quality.STALE]
     report = analysis.report(keys, codes, newest)
     tags: dict[str, dict[str, Any]] = {
         node: {**tag, ROLLUPS_TAG: FROM_BACKEND} for node, tag in report.tags.items()

@@ -32,14 +32,16 @@ class Provider(Protocol):
 class Summarizing(Protocol):
     """A provider whose backend aggregates the longest window itself: at a cold start
     with nothing to serve, ``fetch_summary(now, fresh_within_s)`` gives a first snapshot
-    while the raw samples load (None: not possible with this configuration, or some series
-    have no sample that recent)."""
+    while the raw samples load (None: not possible with this configuration, or the backend's
+    answers did not match; series without a sample that recent are marked not fresh)."""
 
     async def fetch_summary(self, now: float, fresh_within_s: float) -> Summary | None: ...
 
 
 def collect(
-    outcomes: Sequence[tuple[list[Series] | SeriesBatch, str | None] | BaseException],
+    outcomes: Sequence[
+        tuple[list[Series] | SeriesBatch | list[SeriesBatch], str | None] | BaseException
+    ],
 ) -> FetchResult:
     """Merge per-query outcomes; one failed query keeps the others, all failed raises."""
     series: list[Series] = []
@@ -56,7 +58,11 @@ def collect(
             if isinstance(found, SeriesBatch):
                 batches.append(found)
             else:
-                series.extend(found)
+                for part in found:
+                    if isinstance(part, SeriesBatch):
+                        batches.append(part)
+                    else:
+                        series.append(part)
             if outcome[1]:
                 notices.append(outcome[1])
     if errors and len(errors) == len(outcomes):

@@ -13,8 +13,10 @@ from service import prometheus_engine
 from synth import node_history
 
 from loadwatcher.engine import Engine
-from loadwatcher.model import WIRE_OPERATORS, Operator
+from loadwatcher.model import WIRE_OPERATORS, Operator, Resource
 from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.providers.http import RawAnswer
+from loadwatcher.providers.prometheus.provider import PrometheusProvider
 
 pytestmark = pytest.mark.backend
 
@@ -67,23 +69,85 @@ async def test_the_backend_aggregates_are_served_first_and_equal_the_raw_rollups
         )
 
 
-async def test_no_first_look_while_a_series_is_stale(prometheus_factory) -> None:
-    """One node stopped 400 s ago: the aggregates cannot say which, so only the raw
-    snapshot is published (with that node stale)."""
-    now = time.time()
-    history = node_history(5, math.floor(now) - 1)
+def with_a_stale_node(nodes: int, now: float) -> str:
+    """``nodes`` nodes sampled up to now, and node ``gone`` that stopped 400 s ago: inside
+    the 15 minutes, past what the first look calls fresh (0.8 × 300 s)."""
+    history = node_history(nodes, math.floor(now) - 1)
     stopped = node_history(1, math.floor(now) - 400, span_s=500.0, seed=3, offset_s=0.0)
     stopped = [(name, {**labels, "instance": "gone:9100"}, pts) for name, labels, pts in stopped]
-    prom = prometheus_factory(openmetrics_text(history + stopped))
+    return openmetrics_text(history + stopped)
+
+
+def counting_queries(provider: object, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The PromQL of every query ``provider`` sends from now on."""
+    assert isinstance(provider, PrometheusProvider)
+    sent: list[str] = []
+    ask = provider._ask
+
+    async def counted(promql: str, at: str) -> RawAnswer:
+        sent.append(promql)
+        return await ask(promql, at)
+
+    monkeypatch.setattr(provider, "_ask", counted)
+    return sent
+
+
+async def test_a_stale_node_is_stale_in_the_first_look_and_the_others_ok(
+    prometheus_factory,
+) -> None:
+    now = time.time()
+    prom = prometheus_factory(with_a_stale_node(5, now))
     engine = prometheus_engine(prom.url)
     seen = published(engine)
     try:
         await engine.cycle(now)
     finally:
         await engine.close()
-    assert len(seen) == 1
-    assert seen[0].tags["gone"]["quality"] == "stale"
-    assert all("rollups" not in tag for tag in seen[0].tags.values())
+    assert len(seen) == 2
+    first, raw = seen
+    assert first.nodes == raw.nodes and len(first.nodes) == 6
+    assert {tag["rollups"] for tag in first.tags.values()} == {"backend"}
+    assert first.tags["gone"] == {
+        "quality": "stale",
+        "detail": {"cpu": "stale", "memory": "stale"},
+        "rollups": "backend",
+    }
+    assert raw.tags["gone"]["quality"] == "stale"
+    assert {n: t["quality"] for n, t in first.tags.items() if n != "gone"} == {
+        n: "ok" for n in first.nodes - {"gone"}
+    }
+    for op in (Operator.AVG, Operator.STD):
+        pushed_down, ours = by_key(first, op), by_key(raw, op)
+        assert pushed_down.keys() == ours.keys()
+        keys = sorted(ours)
+        np.testing.assert_allclose(
+            [pushed_down[k] for k in keys], [ours[k] for k in keys], rtol=1e-9, atol=1e-9
+        )
+
+
+@pytest.mark.parametrize(("stale", "queries"), [(False, 6), (True, 8)])
+async def test_only_a_resource_with_stale_series_costs_one_more_query(
+    prometheus_factory, monkeypatch: pytest.MonkeyPatch, stale: bool, queries: int
+) -> None:
+    now = time.time()
+    text = with_a_stale_node(3, now) if stale else openmetrics_text(node_history(3, now - 1))
+    prom = prometheus_factory(text)
+    engine = prometheus_engine(prom.url)
+    sent = counting_queries(engine.provider, monkeypatch)
+    try:
+        assert isinstance(engine.provider, PrometheusProvider)
+        found = await engine.provider.fetch_summary(now, 240.0)
+    finally:
+        await engine.close()
+    assert found is not None and len(found.keys) == (8 if stale else 6)
+    assert len(sent) == queries
+    assert sum(q.startswith("last_over_time(") for q in sent) == queries - 6
+    if not stale:
+        assert found.fresh is None
+        return
+    assert found.fresh is not None
+    stale_keys = {found.keys[i] for i in np.flatnonzero(~found.fresh).tolist()}
+    assert stale_keys == {("gone", Resource.CPU), ("gone", Resource.MEMORY)}
 
 
 async def test_no_first_look_for_an_expression(prometheus_factory) -> None:

@@ -130,7 +130,8 @@ async def test_incremental_fetch_adds_only_new_samples(victoria_metrics_factory)
 def test_cold_start_slices_cover_the_retention_exactly() -> None:
     now = 1_700_000_000.25
     spans = provider.slices(now, 1020)
-    assert len(spans) == 4 and all(s <= provider.BACKFILL_SLICE_S for s, _ in spans)
+    assert len(spans) == math.ceil(1020 / provider.BACKFILL_SLICE_S)
+    assert all(s <= provider.BACKFILL_SLICE_S for s, _ in spans)
     # Oldest first, each ending where the next begins, the newest at now, the oldest
     # reaching back exactly the retention.
     assert [at for _, at in spans] == sorted(at for _, at in spans)
@@ -187,3 +188,41 @@ async def test_answers_are_parsed_off_the_event_loop(prometheus_factory, monkeyp
     # A cold start: each resource's retention in slices, every one parsed in a worker.
     assert len(threads) == 2 * len(provider.slices(now, 1020))
     assert all(t is not threading.main_thread() for t in threads)
+
+
+async def test_a_cold_start_asks_for_one_slice_at_a_time(prometheus_factory, monkeypatch) -> None:
+    """Each slice's answer is parsed before the next is asked for, one resource after the
+    other: what the cold start holds is one slice's parsing (later polls ask side by side)."""
+    now = time.time()
+    history = node_history(3, math.floor(now) - 1)
+    prom = prometheus_factory(openmetrics_text(history))
+    engine = prometheus_engine(prom.url)
+    prom_provider = engine.provider
+    assert isinstance(prom_provider, provider.PrometheusProvider)
+    real = prom_provider._ask
+    in_flight, most, asked = 0, 0, []
+
+    async def counting(promql: str, at: str) -> Any:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        asked.append(promql)
+        try:
+            return await real(promql, at)
+        finally:
+            in_flight -= 1
+
+    monkeypatch.setattr(prom_provider, "_ask", counting)
+    try:
+        await prom_provider.fetch(now, None)
+        assert most == 1
+        spans = len(provider.slices(now, 1020))
+        assert asked == [f"{CPU_METRIC}[{s}s]" for s, _ in provider.slices(now, 1020)] + [
+            f"{MEM_METRIC}[{s}s]" for s, _ in provider.slices(now, 1020)
+        ]
+        assert len(asked) == 2 * spans
+        most = 0
+        await prom_provider.fetch(now + 15, now)
+        assert most == 2
+    finally:
+        await engine.close()

@@ -89,6 +89,28 @@ async def test_plain_gzip_304_and_head(served) -> None:
     await assert_plain_gzip_304_and_head(client, body)
 
 
+async def test_a_large_body_is_held_compressed_until_a_plain_request_asks(
+    aiohttp_client,
+) -> None:
+    engine = app.build_engine(settings({}))
+    engine.current = published.publish(make_snapshot(400))
+    body = engine.current.body_now(engine.current.key(None, Format.DEFAULT))
+    assert body is not None and body.size > published.KEEP_PLAIN_BYTES
+    try:
+        client = await aiohttp_client(api.make_app(engine))
+        for _ in range(2):
+            zipped = await client.get("/watcher", headers={"Accept-Encoding": "gzip"})
+            assert len(await zipped.read()) == body.size
+        assert not body.inflated  # gzip clients never make the plain bytes
+        head = await client.head("/watcher", headers={"Accept-Encoding": "identity"})
+        assert head.headers["Content-Length"] == str(body.size)
+        plain = await client.get("/watcher", headers={"Accept-Encoding": "identity"})
+        assert await plain.read() == gzip.decompress(body.gz)
+        assert body.inflated and len(body.raw) == body.size
+    finally:
+        await engine.close()
+
+
 async def assert_plain_gzip_304_and_head(client: TestClient, body: published.Body) -> None:
     plain = await client.get("/watcher", headers={"Accept-Encoding": "identity"})
     assert plain.status == 200 and await plain.read() == body.raw

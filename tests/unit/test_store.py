@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadwatcher.model import Columns, Resource, Series
+from loadwatcher.model import Columns, Resource, Series, SeriesBatch
 from loadwatcher.pipeline import store as store_module
 from loadwatcher.pipeline.store import SampleStore
 
@@ -102,3 +102,55 @@ def test_new_series_and_emptied_series() -> None:
     reference.trim(20.0)
     _same(store.columns, reference.columns)
     assert store.keys == [("a", Resource.CPU), ("b", Resource.CPU), ("c", Resource.CPU)]
+
+
+# Slices of a cold start: for some nodes, the timestamps (whole seconds within the slice's
+# 100 s, any order, with repeats) and values (some out of range, some NaN) of each slice;
+# slices come oldest first, as a backend's answers to consecutive ranges do.
+cold_slices = st.lists(
+    st.dictionaries(
+        st.integers(0, 40),
+        st.lists(st.tuples(st.integers(0, 99), st.sampled_from([5.0, 50.0, -1.0, 150.0, np.nan]))),
+        max_size=40,
+    ),
+    min_size=2,
+    max_size=5,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(cold_slices, st.integers(0, 200))
+def test_slices_added_in_turn_equal_one_add_of_them_all(slices, keep_from) -> None:
+    def batches() -> list[SeriesBatch]:
+        return [
+            SeriesBatch.of(
+                [
+                    Series(
+                        f"n{node}",
+                        Resource.CPU,
+                        np.array([100 * k + t for t, _ in points], np.float64),
+                        np.array([v for _, v in points], np.float64),
+                    )
+                    for node, points in sorted(part.items())
+                ]
+            )
+            for k, part in enumerate(slices)
+        ]
+
+    at_once, in_turn = SampleStore(), SampleStore()
+    expected = at_once.add(batches(), keep_from=keep_from, latest=500.0)
+    given_batches = batches()
+    got = in_turn.add_in_turn(given_batches, keep_from=keep_from, latest=500.0)
+    assert given_batches == []  # each taken out once merged
+    _same(in_turn.columns, at_once.columns)
+    assert in_turn.keys == at_once.keys
+    np.testing.assert_array_equal(in_turn.newest_by_series(), at_once.newest_by_series())
+    assert {k: v for k, v in got.dropped.items() if v} == {
+        k: v for k, v in expected.dropped.items() if v
+    }
+    assert got.offered == expected.offered
+    assert got.future_nodes == expected.future_nodes
+    # Into an empty store what was added is what it holds: the samples at or after keep_from.
+    _same(got.added, in_turn.columns)
+    kept = expected.added.ts >= keep_from
+    assert len(got.added) == int(kept.sum())

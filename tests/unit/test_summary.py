@@ -11,7 +11,8 @@ from loadwatcher.errors import ProviderError
 from loadwatcher.model import WINDOWS, Operator, Resource, Summary
 from loadwatcher.pipeline import summary
 from loadwatcher.pipeline.analysis import Quality, Thresholds
-from loadwatcher.providers.prometheus.answer import ParseMemo, parse_vector
+from loadwatcher.providers.prometheus.answer import ParseMemo, Vector, parse_vector
+from loadwatcher.providers.prometheus.provider import PrometheusProvider
 from loadwatcher.wire import fastencode, formats
 from loadwatcher.wire.formats import Format
 
@@ -19,9 +20,15 @@ NAMES = {Resource.CPU: "cpu_q", Resource.MEMORY: "mem_q"}
 END = 1_700_000_000
 
 
-def make(avg: list[float], std: list[float], fresh_within_s: float = 240.0) -> Summary:
+def make(
+    avg: list[float],
+    std: list[float],
+    fresh_within_s: float = 240.0,
+    fresh: list[bool] | None = None,
+) -> Summary:
     keys = [(f"n{i // 2}", (Resource.CPU, Resource.MEMORY)[i % 2]) for i in range(len(avg))]
-    return Summary(END, fresh_within_s, keys, np.array(avg), np.array(std))
+    flags = None if fresh is None else np.array(fresh, bool)
+    return Summary(END, fresh_within_s, keys, np.array(avg), np.array(std), flags)
 
 
 def test_it_serves_avg_and_std_of_the_longest_window_only() -> None:
@@ -110,6 +117,45 @@ def test_nodes_are_ok_only_while_what_the_backend_vouched_for_holds(
     assert report.tags["n0"]["quality"] == quality
 
 
+def test_a_node_with_a_stale_series_is_stale_as_the_raw_checks_say() -> None:
+    # n0 fresh; n1's CPU stale (and flat: stale is the worse); n2's stale CPU is left out
+    # (not a utilisation), its fresh memory kept; n3 all stale.
+    snap, report = summary.build(
+        make(
+            [10.0, 20.0, 30.0, 40.0, 250.0, 50.0, 60.0, 70.0],
+            [1.0, 2.0, 0.0, 4.0, 5.0, 6.0, 7.0, 8.0],
+            fresh=[True, True, False, True, False, True, False, False],
+        ),
+        END + 0.5,
+        "Prometheus",
+        NAMES,
+        Thresholds(),
+    )
+    assert snap.tags == {
+        "n0": {"quality": "ok", "rollups": "backend"},
+        "n1": {
+            "quality": "stale",
+            "detail": {"cpu": "stale", "memory": "ok"},
+            "rollups": "backend",
+        },
+        "n2": {"quality": "ok", "rollups": "backend"},
+        "n3": {
+            "quality": "stale",
+            "detail": {"cpu": "stale", "memory": "stale"},
+            "rollups": "backend",
+        },
+    }
+    assert report.nodes(Quality.STALE) == ("n1", "n3")
+    assert report.nodes(Quality.OK) == ("n0", "n2")
+    # The values are served all the same, as the raw snapshot serves a stale node's.
+    assert snap.windows["15m"].values[Operator.AVG].tolist() == [10, 20, 30, 40, 50, 60, 70]
+
+
+def test_the_fresh_flags_go_with_the_keys() -> None:
+    with pytest.raises(ValueError, match="fresh"):
+        make([10.0, 20.0], [1.0, 2.0], fresh=[True])
+
+
 def _vector(items: list[dict[str, object]], result_type: str = "vector") -> bytes:
     return orjson.dumps({"status": "success", "data": {"resultType": result_type, "result": items}})
 
@@ -147,3 +193,25 @@ def test_a_vector_answer_reads_nodes_values_and_counts() -> None:
 def test_a_malformed_vector_answer_is_a_provider_error(body: bytes) -> None:
     with pytest.raises(ProviderError):
         parse_vector(body, ParseMemo(), "q")
+
+
+def _nodes(*nodes: str, unlabelled: int = 0) -> Vector:
+    values = np.ones(len(nodes))
+    return Vector(list(nodes), values, len(nodes) + unlabelled, np.ones(unlabelled))
+
+
+@pytest.mark.parametrize(
+    ("count", "last", "fresh"),
+    [
+        (4, None, [True, True, True]),  # every series fresh: nothing more was asked
+        (0, None, [False, False, False]),  # none fresh: nothing more was asked
+        (2, _nodes("b", unlabelled=1), [False, True, True]),  # b met twice: merged, fresh
+        (1, _nodes("a"), [True, False, False]),
+        (2, _nodes("a"), None),  # the fresh series are not the count: they moved
+        (1, _nodes("c"), None),  # a fresh series the mean does not have
+    ],
+)
+def test_which_series_are_fresh(count: int, last: Vector | None, fresh: list[bool] | None) -> None:
+    avg = _nodes("a", "b", "b", unlabelled=1)
+    got = PrometheusProvider._fresh_series(avg, count, last)
+    assert (None if got is None else got.tolist()) == fresh

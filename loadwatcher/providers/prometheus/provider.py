@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
+from loadwatcher._types import BoolArray
+from loadwatcher.errors import ProviderError
 from loadwatcher.model import (
     LONGEST_WINDOW_S,
     FetchResult,
@@ -46,7 +48,7 @@ _SELECTOR = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[^{}]*\})?$")
 # arrays): a cold start's 17 minutes at 5,000 nodes are 12 MB of text per resource and
 # 140 MB at the peak. Fetched in slices this long, one after another, only one slice's text
 # and parsing are held at a time; each slice costs Prometheus one more query (its labels).
-BACKFILL_SLICE_S = 256
+BACKFILL_SLICE_S = 128
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ class PrometheusProvider:
         self._http = HttpBackend(http)
         self.options = options
         self._memo = ParseMemo(options.node_label, options.strip_port)
+        self._parsing = asyncio.Lock()
 
     def _seconds(self, now: float, since: float | None) -> int:
         o = self.options
@@ -107,9 +110,11 @@ class PrometheusProvider:
             span = min(o.retention_s, max(now - since, 0.0) + o.overlap_s)
         return max(1, math.ceil(span))
 
-    async def _query(self, q: Query, expr: str, spans: list[Span]) -> SeriesBatch:
-        """The samples of ``spans``, fetched and parsed one after another."""
-        return SeriesBatch.concat([await self._query_span(q, expr, span) for span in spans])
+    async def _query(self, q: Query, expr: str, spans: list[Span]) -> list[SeriesBatch]:
+        """The samples of each of ``spans``, fetched and parsed one after another, kept
+        apart: the store merges a cold start's slices one at a time
+        (``SampleStore.add_in_turn``)."""
+        return [await self._query_span(q, expr, span) for span in spans]
 
     async def _query_span(self, q: Query, expr: str, span: Span) -> SeriesBatch:
         seconds, at = span
@@ -117,10 +122,13 @@ class PrometheusProvider:
         answer = await self._ask(promql, f"{at:.3f}")
         try:
             # In a worker thread: a cold start's answer of a large cluster is long to parse,
-            # and the event loop keeps answering requests meanwhile.
-            batch, _ = await asyncio.to_thread(
-                parse_answer, answer.body, q.resource, q.scale, self._memo, promql
-            )
+            # and the event loop keeps answering requests meanwhile. One at a time: the
+            # parser's peak is about ten times the answer's text, and two side by side would
+            # add theirs (the CPU is the same either way).
+            async with self._parsing:
+                batch, _ = await asyncio.to_thread(
+                    parse_answer, answer.body, q.resource, q.scale, self._memo, promql
+                )
         except orjson.JSONDecodeError as exc:
             raise answer.not_json(promql) from exc
         return batch
@@ -136,15 +144,15 @@ class PrometheusProvider:
             compressed=False,
         )
 
-    async def _fetch_one(self, q: Query, spans: list[Span]) -> tuple[SeriesBatch, str | None]:
-        batch = await self._query(q, q.expr, spans)
-        if batch.keys or q.expr != DEFAULT_QUERIES.get(q.resource):
-            if not batch.keys:
-                return batch, (
+    async def _fetch_one(self, q: Query, spans: list[Span]) -> tuple[list[SeriesBatch], str | None]:
+        batches = await self._query(q, q.expr, spans)
+        if any(b.keys for b in batches) or q.expr != DEFAULT_QUERIES.get(q.resource):
+            if not any(b.keys for b in batches):
+                return batches, (
                     f"{q.resource} query {q.expr!r} returned no series with label "
                     f"{self.options.node_label!r}"
                 )
-            return batch, None
+            return batches, None
         advice = (
             f"{q.resource} query {q.expr!r} returned nothing: the kube-prometheus node recording "
             f"rules are not installed in this Prometheus. Install them (deploy/ has a "
@@ -152,17 +160,21 @@ class PrometheusProvider:
             f"or set prometheus.fallback_node_exporter=true"
         )
         if not self.options.fallback_node_exporter:
-            return batch, advice
+            return batches, advice
         raw = NODE_EXPORTER_QUERIES[q.resource].format(label=self.options.node_label)
-        batch = await self._query(q, raw, spans)
-        return batch, (advice + f"; using node-exporter fallback {raw!r}" if batch.keys else advice)
+        batches = await self._query(q, raw, spans)
+        found = any(b.keys for b in batches)
+        return batches, (advice + f"; using node-exporter fallback {raw!r}" if found else advice)
 
     async def fetch_summary(self, now: float, fresh_within_s: float) -> Summary | None:
         """Prometheus's own mean and standard deviation of every series over the longest
         window ending at ``now`` floored: small answers, asked at once, in a fraction of the
-        time of the raw samples. None unless every series of the window has a sample within
-        ``fresh_within_s`` before its end (the count of those equals the count of all), or
-        when a query is not a plain selector.
+        time of the raw samples, with which series have a sample within ``fresh_within_s``
+        before the window's end. When a resource's count of those is its count of series,
+        all are fresh; when it is lower, one more query per such resource
+        (``last_over_time``) names the fresh ones, the others are stale. None when the
+        answers do not match (a count higher than the series, a fresh series the mean does
+        not have: they moved between the queries), or when a query is not a plain selector.
         """
         queries = self.options.queries
         if not all(_SELECTOR.match(q.expr.strip()) for q in queries):
@@ -180,29 +192,63 @@ class PrometheusProvider:
             )
         ]
         answers = await asyncio.gather(*(self._vector(promql, end) for promql in asked))
+        counts = [answers[3 * k + 2].count() for k in range(len(queries))]
+        if not all(
+            answers[3 * k].items == answers[3 * k + 1].items
+            and 0 <= counts[k] <= answers[3 * k].items
+            for k in range(len(queries))
+        ):
+            return None  # the answers moved: no early answer
+        # Some series are stale only where the count is lower; with none fresh, nothing to ask.
+        partly = [k for k in range(len(queries)) if 0 < counts[k] < answers[3 * k].items]
+        last = await asyncio.gather(
+            *(
+                self._vector(f"last_over_time({queries[k].expr.strip()}[{fresh}s])", end)
+                for k in partly
+            )
+        )
+        fresh_nodes = dict(zip(partly, last, strict=True))
         keys: list[tuple[str, Resource]] = []
-        columns: list[tuple[FloatArray, FloatArray]] = []
+        columns: list[tuple[FloatArray, FloatArray, BoolArray]] = []
         for k, q in enumerate(queries):
-            avg, std, fresh_count = answers[3 * k : 3 * k + 3]
-            if not (avg.items == std.items == fresh_count.count()):
-                return None  # some series are stale, or the answers moved: no early answer
+            avg, std = answers[3 * k : 3 * k + 2]
+            is_fresh = self._fresh_series(avg, counts[k], fresh_nodes.get(k))
+            if is_fresh is None:
+                return None
             if avg.nodes == std.nodes:  # the same series in the same order, as a rule
                 keys += [(node, q.resource) for node in avg.nodes]
-                columns.append((avg.values * q.scale, std.values * q.scale))
+                columns.append((avg.values * q.scale, std.values * q.scale, is_fresh))
                 continue
             std_of = dict(zip(std.nodes, std.values.tolist(), strict=True))
             both = [i for i, node in enumerate(avg.nodes) if node in std_of]
             keys += [(avg.nodes[i], q.resource) for i in both]
             picked = np.array(both, np.int64)
             std_values = np.array([std_of[avg.nodes[i]] for i in both], np.float64)
-            columns.append((avg.values[picked] * q.scale, std_values * q.scale))
+            columns.append((avg.values[picked] * q.scale, std_values * q.scale, is_fresh[picked]))
+        flags = np.concatenate([c[2] for c in columns])
         return Summary(
             end,
             float(fresh),
             keys,
             np.concatenate([c[0] for c in columns]),
             np.concatenate([c[1] for c in columns]),
+            None if bool(flags.all()) else flags,
         )
+
+    @staticmethod
+    def _fresh_series(avg: Vector, count: int, last: Vector | None) -> BoolArray | None:
+        """Which of ``avg``'s labelled series are fresh, from the count of fresh series and,
+        when only some are, the fresh ones themselves (``last``); None when the two do not
+        match ``avg``. A node met twice is fresh when either series is: the store merges
+        the two, and its newest sample is the fresher one's."""
+        if count == avg.items:
+            return np.ones(len(avg.nodes), bool)
+        if count == 0:
+            return np.zeros(len(avg.nodes), bool)
+        if last is None or last.items != count or not set(last.nodes) <= set(avg.nodes):
+            return None
+        named = set(last.nodes)
+        return np.fromiter((node in named for node in avg.nodes), bool, len(avg.nodes))
 
     async def _vector(self, promql: str, at: int) -> Vector:
         answer = await self._ask(promql, str(at))
@@ -213,12 +259,23 @@ class PrometheusProvider:
 
     async def fetch(self, now: float, since: float | None) -> FetchResult:
         seconds = self._seconds(now, since)
-        spans = slices(now, seconds) if since is None else [(seconds, now)]
-        outcomes = await asyncio.gather(
-            *(self._fetch_one(q, spans) for q in self.options.queries),
-            return_exceptions=True,
-        )
-        return collect(outcomes)
+        if since is not None:
+            spans = [(seconds, now)]
+            outcomes = await asyncio.gather(
+                *(self._fetch_one(q, spans) for q in self.options.queries),
+                return_exceptions=True,
+            )
+            return collect(outcomes)
+        # A cold start asks for one resource after the other: side by side, both slices'
+        # parsing would be held at once.
+        spans = slices(now, seconds)
+        cold: list[tuple[list[SeriesBatch], str | None] | BaseException] = []
+        for q in self.options.queries:
+            try:
+                cold.append(await self._fetch_one(q, spans))
+            except ProviderError as exc:
+                cold.append(exc)
+        return collect(cold)
 
     async def close(self) -> None:
         await self._http.close()
