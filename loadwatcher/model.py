@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from operator import itemgetter
 
 import numpy as np
 
@@ -146,7 +147,7 @@ class SeriesBatch:
 
     @property
     def nodes(self) -> frozenset[str]:
-        return frozenset(node for node, _ in self.keys)
+        return frozenset(map(itemgetter(0), self.keys))
 
 
 @dataclass(frozen=True)

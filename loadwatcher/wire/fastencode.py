@@ -24,6 +24,7 @@ node; every per-value step is a C-level array or list operation. Needs ``orjson.
 from __future__ import annotations
 
 import io
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -81,13 +82,15 @@ def _ordered_rows(
     if only is not None:
         rows = np.flatnonzero(np.fromiter((k[0] == only for k in row_keys), bool, len(row_keys)))
         row_keys = [row_keys[i] for i in rows.tolist()]
-    names = [k[0] for k in row_keys]
+    names = list(map(itemgetter(0), row_keys))
     # dict.fromkeys keeps first-seen order, which is close to sorted in a store filled
     # node by node: sorting it is cheaper than sorting a set.
     nodes = sorted(dict.fromkeys(names))
     rank = dict(zip(nodes, range(len(nodes)), strict=True))
     node_rank = np.fromiter(map(rank.__getitem__, names), np.int64, len(names))
-    codes = np.fromiter((_RESOURCE_ORDER[k[1]] for k in row_keys), np.int64, len(row_keys))
+    codes = np.fromiter(
+        map(_RESOURCE_ORDER.__getitem__, map(itemgetter(1), row_keys)), np.int64, len(row_keys)
+    )
     order = np.argsort(node_rank * len(_RESOURCES) + codes, kind="stable")
     ranked = node_rank[order]
     first = np.flatnonzero(np.diff(ranked, prepend=-1))
