@@ -217,6 +217,14 @@ class Probe:
             return result
 
         store.add = self._timed("store", counting_add)  # merges and trims in one pass
+        add_in_turn = store.add_in_turn  # a cold start's slices, one after the other
+
+        def counting_add_in_turn(batches: Any, **kwargs: Any) -> Any:
+            result = add_in_turn(batches, **kwargs)
+            self.samples += len(result.added)
+            return result
+
+        store.add_in_turn = self._timed("store", counting_add_in_turn)
         if engine.journal is not None:
             journal: Any = engine.journal
             journal.write_cycle = self._timed_async("journal write", journal.write_cycle)

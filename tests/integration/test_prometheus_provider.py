@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import math
 import threading
@@ -13,6 +14,7 @@ from backends import free_port, openmetrics_text, vm_import, vm_import_lines
 from service import prometheus_engine
 from synth import CPU_METRIC, MEM_METRIC, node_history, node_names
 
+from loadwatcher.errors import ProviderError, ProviderErrorKind
 from loadwatcher.model import Resource, node_name
 from loadwatcher.providers.prometheus import provider
 from loadwatcher.providers.prometheus.provider import range_query
@@ -190,39 +192,112 @@ async def test_answers_are_parsed_off_the_event_loop(prometheus_factory, monkeyp
     assert all(t is not threading.main_thread() for t in threads)
 
 
-async def test_a_cold_start_asks_for_one_slice_at_a_time(prometheus_factory, monkeypatch) -> None:
-    """Each slice's answer is parsed before the next is asked for, one resource after the
-    other: what the cold start holds is one slice's parsing (later polls ask side by side)."""
+async def test_a_slice_that_fails_to_parse_leaves_no_question_behind(
+    prometheus_factory, monkeypatch
+) -> None:
+    """When one slice's answer is malformed, that resource's cold fetch fails with it, the
+    slice asked ahead is withdrawn (no task left running or unawaited), and the other
+    resource's samples still arrive."""
     now = time.time()
     history = node_history(3, math.floor(now) - 1)
     prom = prometheus_factory(openmetrics_text(history))
     engine = prometheus_engine(prom.url)
     prom_provider = engine.provider
     assert isinstance(prom_provider, provider.PrometheusProvider)
-    real = prom_provider._ask
-    in_flight, most, asked = 0, 0, []
+    real_parse = provider.parse_answer  # type: ignore[attr-defined]
+    cpu_slices = 0
 
-    async def counting(promql: str, at: str) -> Any:
-        nonlocal in_flight, most
-        in_flight += 1
-        most = max(most, in_flight)
-        asked.append(promql)
-        try:
-            return await real(promql, at)
-        finally:
-            in_flight -= 1
+    def failing_parse(body: bytes, resource: Resource, *args: Any, **kwargs: Any) -> Any:
+        nonlocal cpu_slices
+        if resource is Resource.CPU:
+            cpu_slices += 1
+            if cpu_slices == 3:
+                raise ProviderError(ProviderErrorKind.BAD_RESPONSE, "malformed slice")
+        return real_parse(body, resource, *args, **kwargs)
 
-    monkeypatch.setattr(prom_provider, "_ask", counting)
+    monkeypatch.setattr(provider, "parse_answer", failing_parse)
+    before = asyncio.all_tasks()
     try:
-        await prom_provider.fetch(now, None)
-        assert most == 1
-        spans = len(provider.slices(now, 1020))
-        assert asked == [f"{CPU_METRIC}[{s}s]" for s, _ in provider.slices(now, 1020)] + [
-            f"{MEM_METRIC}[{s}s]" for s, _ in provider.slices(now, 1020)
-        ]
-        assert len(asked) == 2 * spans
-        most = 0
+        result = await prom_provider.fetch(now, None)
+        await asyncio.sleep(0.05)
+        assert asyncio.all_tasks() == before
+        assert cpu_slices == 3
+        assert [e.kind for e in result.errors] == [ProviderErrorKind.BAD_RESPONSE]
+        assert {k[1] for b in result.batches for k in b.keys} == {Resource.MEMORY}
+    finally:
+        await engine.close()
+
+
+async def test_a_cold_start_parses_one_slice_at_a_time(prometheus_factory, monkeypatch) -> None:
+    """A cold start asks for each resource's slices oldest first, one at a time, the next
+    while the last is parsed, and parses one slice at a time: it holds one slice's parsing
+    and two answers per resource at most, never the whole retention's."""
+    now = time.time()
+    history = node_history(3, math.floor(now) - 1)
+    prom = prometheus_factory(openmetrics_text(history))
+    engine = prometheus_engine(prom.url)
+    prom_provider = engine.provider
+    assert isinstance(prom_provider, provider.PrometheusProvider)
+    real_ask = prom_provider._ask
+    real_parse = provider.parse_answer  # type: ignore[attr-defined]
+    metric_of = {Resource.CPU: CPU_METRIC, Resource.MEMORY: MEM_METRIC}
+    lock = threading.Lock()
+    asking = {CPU_METRIC: 0, MEM_METRIC: 0}  # asked, not answered yet
+    held = dict(asking)  # answered, not parsed yet
+    most_asking, most_held = dict(asking), dict(asking)
+    answered_ahead = dict(asking)  # answers that came while the last was not yet parsed
+    asked: dict[str, list[str]] = {CPU_METRIC: [], MEM_METRIC: []}
+    parsing: list[str] = []
+    most_parsing = 0
+
+    async def counting_ask(promql: str, at: str) -> Any:
+        metric = promql.split("[")[0]
+        with lock:
+            asking[metric] += 1
+            most_asking[metric] = max(most_asking[metric], asking[metric])
+            asked[metric].append(promql)
+        try:
+            return await real_ask(promql, at)
+        finally:
+            with lock:
+                asking[metric] -= 1
+                held[metric] += 1
+                answered_ahead[metric] += held[metric] > 1
+                most_held[metric] = max(most_held[metric], held[metric])
+
+    def counting_parse(body: bytes, resource: Resource, *args: Any, **kwargs: Any) -> Any:
+        nonlocal most_parsing
+        metric = metric_of[resource]
+        with lock:
+            parsing.append(metric)
+            most_parsing = max(most_parsing, len(parsing))
+        try:
+            time.sleep(0.02)  # long enough for the next slice's answer to arrive meanwhile
+            return real_parse(body, resource, *args, **kwargs)
+        finally:
+            with lock:
+                parsing.remove(metric)
+                held[metric] -= 1
+
+    monkeypatch.setattr(prom_provider, "_ask", counting_ask)
+    monkeypatch.setattr(provider, "parse_answer", counting_parse)
+    try:
+        result = await prom_provider.fetch(now, None)
+        assert not result.errors
+        spans = provider.slices(now, 1020)
+        for metric in (CPU_METRIC, MEM_METRIC):
+            assert asked[metric] == [f"{metric}[{s}s]" for s, _ in spans]
+            assert most_asking[metric] == 1
+            assert most_held[metric] == 2
+            assert answered_ahead[metric] >= len(spans) // 2
+        assert most_parsing == 1
+        assert len(result.batches) == 2 * len(spans)
+        assert {k for b in result.batches for k in b.keys} == {
+            (node, r) for node in node_names(history) for r in (Resource.CPU, Resource.MEMORY)
+        }
+        # Later polls: one answer per resource, asked side by side.
+        asked = {CPU_METRIC: [], MEM_METRIC: []}
         await prom_provider.fetch(now + 15, now)
-        assert most == 2
+        assert [len(a) for a in asked.values()] == [1, 1]
     finally:
         await engine.close()
