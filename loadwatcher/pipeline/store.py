@@ -87,7 +87,9 @@ class SampleStore:
         return self._cols
 
     def series_id(self, node: str, resource: Resource) -> int:
-        key = (node, resource)
+        return self._id_of((node, resource))
+
+    def _id_of(self, key: tuple[str, Resource]) -> int:
         sid = self._index.get(key)
         if sid is None:
             sid = len(self._keys)
@@ -105,7 +107,8 @@ class SampleStore:
         if None in ids:
             for i, sid in enumerate(ids):
                 if sid is None:
-                    ids[i] = self.series_id(*keys[i])
+                    # The batch's own key: the parser's memo holds the same tuple.
+                    ids[i] = self._id_of(keys[i])
         return np.array(ids, SID)
 
     def newest(self) -> float | None:

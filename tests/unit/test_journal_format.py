@@ -15,7 +15,7 @@ import pytest
 from faults import journal_rows
 
 from loadwatcher.journal import codec
-from loadwatcher.journal.schema import SCHEMA_VERSION
+from loadwatcher.journal.schema import CACHE_KIB, SCHEMA_VERSION
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import Columns, Resource, Series
 from loadwatcher.pipeline import snapshot
@@ -125,6 +125,26 @@ async def load(db: Path, since: float) -> Columns:
         await journal.close()
     assert recovered.keys == KEYS
     return recovered.samples
+
+
+async def test_the_journal_keeps_a_small_page_cache_and_the_stores_own_keys(
+    tmp_path: Path,
+) -> None:
+    # 10,000 series: tuples and ints held once, by the store, not a second time here.
+    journal = Journal(str(tmp_path / "lw.db"))
+    await journal.open()
+    try:
+        async with journal._conn().execute("PRAGMA cache_size") as cur:
+            assert (await cur.fetchone()) == (-CACHE_KIB,)
+        keys = [(f"n{i}", r) for i in range(3) for r in Resource]
+        await journal.write_cycle(keys, cols([0, 5], [1, 1], [1, 2]), 0, b"snap", 1.0)
+        held = {id(k) for k in journal._ids_by_key}
+        assert held == {id(k) for k in keys}
+        recovered = await journal.load_samples(0)
+        assert {id(k) for k in journal._ids_by_key} == {id(k) for k in recovered.keys}
+        assert recovered.keys == keys and recovered.samples.sid.tolist() == [0, 5]
+    finally:
+        await journal.close()
 
 
 async def test_one_chunk_per_small_cycle_and_whole_chunks_expire(tmp_path: Path) -> None:

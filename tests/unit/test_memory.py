@@ -61,3 +61,44 @@ def test_large_buffers_stay_out_of_the_heap_once_configured() -> None:
 def test_the_environment_wins_over_the_built_in_setting() -> None:
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(16 << 20)}
     assert probe("configure", env=env) == "heap"
+
+
+ARENAS = """
+import ctypes, os, sys, threading
+from loadwatcher import allocator
+
+if sys.argv[1] == "configure":
+    assert allocator.configure()
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+hold = threading.Barrier(4)
+
+def work():
+    libc.malloc(4096)  # a thread's first allocation picks (or makes) its arena
+    hold.wait()
+
+threads = [threading.Thread(target=work) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+os.dup2(1, 2)  # malloc_stats writes to stderr
+libc.malloc_stats()
+"""
+
+
+def arenas(*args: str) -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", ARENAS, *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.count("Arena ")
+
+
+@pytest.mark.usefixtures("glibc")
+def test_worker_threads_share_the_one_arena_once_configured() -> None:
+    # Four threads allocating at once: glibc gives each an arena of its own by default,
+    # each with its own free space; configured, they share the main one.
+    assert arenas("default") > 1
+    assert arenas("configure") == 1

@@ -16,6 +16,7 @@ store merges the two, the later one winning at equal timestamps.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from dataclasses import dataclass
 from itertools import repeat
@@ -46,9 +47,11 @@ class ParseMemo:
     """How series name their node, and what parsing remembers from one poll to the next.
 
     The node is the value of ``label``, ``:port`` stripped if asked. Remembered: node names
-    by label value (every poll sees the same ones), and per resource the last answer
-    without its samples, with what its labels said: while no series come or go it is byte
-    for byte the same, so it need not be decoded and walked again.
+    by label value (every poll sees the same ones), and per resource the digest of the last
+    answer without its samples, with what its labels said: while no series come or go it
+    is byte for byte the same, so it need not be decoded and walked again. A SHA-256 digest
+    rather than the text: 0.7 MB a resource at 5,000 nodes held between polls for 0.5 ms of
+    hashing, and no answer can pass for another.
     """
 
     _LIMIT = 200_000  # names past this are forgotten (nodes come and go for months)
@@ -57,7 +60,7 @@ class ParseMemo:
         self.label = label
         self.strip_port = strip_port
         self._names: dict[str, str] = {}
-        self._last: dict[Resource, tuple[bytes, _Layout]] = {}
+        self._last: dict[Resource, tuple[int, bytes, _Layout]] = {}
         # Answers are parsed in worker threads, two resources at a time.
         self._lock = threading.Lock()
 
@@ -75,10 +78,13 @@ class ParseMemo:
 
     def layout(self, resource: Resource, without_samples: bytes) -> _Layout | None:
         last = self._last.get(resource)
-        return last[1] if last is not None and last[0] == without_samples else None
+        if last is None or last[0] != len(without_samples):
+            return None
+        return last[2] if last[1] == hashlib.sha256(without_samples).digest() else None
 
     def remember(self, resource: Resource, without_samples: bytes, layout: _Layout) -> None:
-        self._last[resource] = (without_samples, layout)
+        digest = hashlib.sha256(without_samples).digest()
+        self._last[resource] = (len(without_samples), digest, layout)
 
 
 def parse_answer(
