@@ -40,6 +40,17 @@ def by_key(snap: Snapshot, op: Operator) -> dict[tuple[str, str], float]:
     }
 
 
+def assert_pushed_down_as_ours(first: Snapshot, raw: Snapshot) -> None:
+    """The backend's AVG and STD (the first look) equal the raw rollups' (parity)."""
+    for op in (Operator.AVG, Operator.STD):
+        pushed_down, ours = by_key(first, op), by_key(raw, op)
+        assert pushed_down.keys() == ours.keys()
+        keys = sorted(ours)
+        np.testing.assert_allclose(
+            [pushed_down[k] for k in keys], [ours[k] for k in keys], rtol=1e-9, atol=1e-9
+        )
+
+
 async def test_the_backend_aggregates_are_served_first_and_equal_the_raw_rollups(
     prometheus_factory,
 ) -> None:
@@ -60,13 +71,7 @@ async def test_the_backend_aggregates_are_served_first_and_equal_the_raw_rollups
     assert all("rollups" not in tag for tag in raw.tags.values())
     assert first.windows["15m"].operators == (Operator.AVG, Operator.STD)
     assert raw.windows["15m"].operators == WIRE_OPERATORS
-    for op in (Operator.AVG, Operator.STD):
-        pushed_down, ours = by_key(first, op), by_key(raw, op)
-        assert pushed_down.keys() == ours.keys()
-        keys = sorted(ours)
-        np.testing.assert_allclose(
-            [pushed_down[k] for k in keys], [ours[k] for k in keys], rtol=1e-9, atol=1e-9
-        )
+    assert_pushed_down_as_ours(first, raw)
 
 
 def with_a_stale_node(nodes: int, now: float) -> str:
@@ -116,13 +121,7 @@ async def test_a_stale_node_is_stale_in_the_first_look_and_the_others_ok(
     assert {n: t["quality"] for n, t in first.tags.items() if n != "gone"} == {
         n: "ok" for n in first.nodes - {"gone"}
     }
-    for op in (Operator.AVG, Operator.STD):
-        pushed_down, ours = by_key(first, op), by_key(raw, op)
-        assert pushed_down.keys() == ours.keys()
-        keys = sorted(ours)
-        np.testing.assert_allclose(
-            [pushed_down[k] for k in keys], [ours[k] for k in keys], rtol=1e-9, atol=1e-9
-        )
+    assert_pushed_down_as_ours(first, raw)
 
 
 @pytest.mark.parametrize(("stale", "queries"), [(False, 6), (True, 8)])

@@ -192,18 +192,25 @@ async def test_answers_are_parsed_off_the_event_loop(prometheus_factory, monkeyp
     assert all(t is not threading.main_thread() for t in threads)
 
 
+def cold_provider(
+    prometheus_factory: Any,
+) -> tuple[float, list[Any], Any, provider.PrometheusProvider]:
+    """A Prometheus with three nodes' history and an engine reading it, not yet polled."""
+    now = time.time()
+    history = node_history(3, math.floor(now) - 1)
+    prom = prometheus_factory(openmetrics_text(history))
+    engine = prometheus_engine(prom.url)
+    assert isinstance(engine.provider, provider.PrometheusProvider)
+    return now, history, engine, engine.provider
+
+
 async def test_a_slice_that_fails_to_parse_leaves_no_question_behind(
     prometheus_factory, monkeypatch
 ) -> None:
     """When one slice's answer is malformed, that resource's cold fetch fails with it, the
     slice asked ahead is withdrawn (no task left running or unawaited), and the other
     resource's samples still arrive."""
-    now = time.time()
-    history = node_history(3, math.floor(now) - 1)
-    prom = prometheus_factory(openmetrics_text(history))
-    engine = prometheus_engine(prom.url)
-    prom_provider = engine.provider
-    assert isinstance(prom_provider, provider.PrometheusProvider)
+    now, _history, engine, prom_provider = cold_provider(prometheus_factory)
     real_parse = provider.parse_answer  # type: ignore[attr-defined]
     cpu_slices = 0
 
@@ -232,12 +239,7 @@ async def test_a_cold_start_parses_one_slice_at_a_time(prometheus_factory, monke
     """A cold start asks for each resource's slices oldest first, one at a time, the next
     while the last is parsed, and parses one slice at a time: it holds one slice's parsing
     and two answers per resource at most, never the whole retention's."""
-    now = time.time()
-    history = node_history(3, math.floor(now) - 1)
-    prom = prometheus_factory(openmetrics_text(history))
-    engine = prometheus_engine(prom.url)
-    prom_provider = engine.provider
-    assert isinstance(prom_provider, provider.PrometheusProvider)
+    now, history, engine, prom_provider = cold_provider(prometheus_factory)
     real_ask = prom_provider._ask
     real_parse = provider.parse_answer  # type: ignore[attr-defined]
     metric_of = {Resource.CPU: CPU_METRIC, Resource.MEMORY: MEM_METRIC}
