@@ -72,6 +72,8 @@ class CycleRun:
     """Cold start: cycle start -> the first publication holding every node."""
     go_reference_ms: float | None = None
     """Cold start: the Go load-watcher's four 15-minute queries, one after another."""
+    prom_cpu_ms: float | None = None
+    """Prometheus's CPU (user + system) over the cycle, when its process is known."""
 
 
 @dataclass
@@ -84,6 +86,9 @@ class CycleResult:
     snapshot_bytes: int = 0
     fold_ms: list[float] = field(default_factory=list)
     """WAL folds after the steady cycles (the engine's idle-time work before the next poll)."""
+    go_prom_cpu_ms: list[float] = field(default_factory=list)
+    """Prometheus's CPU answering the Go load-watcher's four 15-minute queries, once after
+    each steady cycle at its time (what a Go fetch costs Prometheus)."""
 
 
 @dataclass
@@ -347,6 +352,7 @@ async def _measured(
     predicted: list[Request] | None,
     reference_first: bool,
     watch_nodes: int | None = None,
+    prom_pid: int | None = None,
 ) -> CycleRun:
     """One cycle at ``now`` and its reference; the reference goes first when it can. With
     ``watch_nodes``, also when the first snapshot with that many nodes was published."""
@@ -358,6 +364,7 @@ async def _measured(
         ref_ms = await reference(session, predicted)
     probe.reset()
     first_full_ms: float | None = None
+    prom_cpu = process_cpu_ms(prom_pid)
     cpu = time.process_time()
     began = time.perf_counter()
     if watch_nodes is None:
@@ -370,6 +377,7 @@ async def _measured(
         else:
             first_full_ms = (first - began) * 1000.0
     cycle_cpu = time.process_time()
+    prom_cpu_after = process_cpu_ms(prom_pid)
     service_ms = (ended - began) * 1000.0
     # The idle work the cycle left is part of what each poll costs: awaited here, so that
     # its CPU is the poll's, and before any reference.
@@ -390,7 +398,17 @@ async def _measured(
         idle_cpu_ms=(idle_cpu - cycle_cpu) * 1000.0,
         phases_cpu_ms=dict(probe.phases_cpu),
         first_full_ms=first_full_ms,
+        prom_cpu_ms=None if prom_cpu is None else (prom_cpu_after or 0.0) - prom_cpu,
     )
+
+
+def process_cpu_ms(pid: int | None) -> float | None:
+    """User + system CPU of process ``pid`` so far, from /proc/PID/stat (10 ms ticks)."""
+    if pid is None:
+        return None
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
 
 
 def _with_time(requests: list[Request], now: float) -> list[Request]:
@@ -402,7 +420,13 @@ def _with_time(requests: list[Request], now: float) -> list[Request]:
 
 
 async def bench(
-    prom_url: str, nodes: int, now0: float, repeat: int, steady: int, workdir: Path
+    prom_url: str,
+    nodes: int,
+    now0: float,
+    repeat: int,
+    steady: int,
+    workdir: Path,
+    prom_pid: int | None = None,
 ) -> CycleResult:
     """``repeat`` cold starts at ``now0``, then ``steady`` incremental cycles every 15 s."""
     result = CycleResult(nodes)
@@ -448,10 +472,16 @@ async def bench(
             for k in range(steady + 1):  # the first incremental cycle is a warm-up
                 now += STEP_S
                 predicted = _with_time(last, now) if last else None
-                run = await _measured(engine, probe, now, session, predicted, k % 2 == 1)
+                run = await _measured(
+                    engine, probe, now, session, predicted, k % 2 == 1, prom_pid=prom_pid
+                )
                 last = list(probe.requests)
                 if k > 0:
                     result.steady.append(run)
+                    before = process_cpu_ms(prom_pid)
+                    await go_reference(prom_url, now)
+                    if before is not None:
+                        result.go_prom_cpu_ms.append((process_cpu_ms(prom_pid) or 0.0) - before)
         await engine.wait_idle_work()
         result.fold_ms = probe.fold_ms[1:]  # the first follows the cold start
         steady_ms = sorted(r.service_ms for r in result.steady)

@@ -129,7 +129,7 @@ def _cycle_rows(results: Results) -> list[str]:
                 f"| 1 | {label} | {_n(nodes)} | {_spread(svc)} | bare HTTP {_ms(ref.median)} | "
                 f"{ratio:.2f}× | — | — |"
             )
-    return rows + _cold_first_rows(results) + _cpu_rows(results)
+    return rows + _cold_first_rows(results) + _cpu_rows(results) + _prom_cpu_rows(results)
 
 
 def _cold_first_rows(results: Results) -> list[str]:
@@ -213,6 +213,28 @@ def _cpu_rows(results: Results) -> list[str]:
             f"{harness} | "
             f"{go} | {_go_ratio(memory.cpu_ms_per_poll, memory.nodes)} | {target} | "
             f"{_cpu_verdict(memory.cpu_ms_per_poll, memory.nodes)} |"
+        )
+    return rows
+
+
+def _prom_cpu_rows(results: Results) -> list[str]:
+    """What a steady poll costs Prometheus, against what the Go load-watcher's fetch (its
+    four 15-minute queries at the same time) costs it, measured right after each poll."""
+    rows = []
+    for nodes in sorted(results.cycles):
+        result = results.cycles[nodes]
+        ours = [r.prom_cpu_ms for r in result.steady if r.prom_cpu_ms is not None]
+        if not ours or not result.go_prom_cpu_ms:
+            continue
+        s, go = Stats.of(ours), Stats.of(result.go_prom_cpu_ms)
+        if go.median <= 0:  # below the clock's tick: nothing to compare
+            continue
+        ratio = s.median / go.median
+        rows.append(
+            f"| 5 | Prometheus CPU per steady poll (user + system of its process over the "
+            f"cycle; 10 ms ticks) | {_n(nodes)} | {_spread(s)} | the Go load-watcher's four "
+            f"15-minute queries at the same time {_spread(go)} | {ratio:.2f}× | ≤ 1.00× | "
+            f"{'**yes**' if ratio <= 1.0 else '**no**'} |"
         )
     return rows
 

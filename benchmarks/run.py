@@ -288,7 +288,13 @@ def run_size(
             progress(f"{nodes} nodes: poll cycle vs bare HTTP")
             results.cycles[nodes] = asyncio.run(
                 bench_cycle.bench(
-                    server.url, nodes, seeded.anchor, args.repeat, args.steady, workdir
+                    server.url,
+                    nodes,
+                    seeded.anchor,
+                    args.repeat,
+                    args.steady,
+                    workdir,
+                    server.process.pid if server.process else None,
                 )
             )
             if args.profile and largest:
