@@ -132,6 +132,18 @@ def http_get(
         conn.close()
 
 
+CLOCK_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` (every thread, live and exited), from
+    /proc/PID/stat: clock ticks, 10 ms here."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    # After "pid (comm)": state is field 3, utime 14 and stime 15.
+    return (int(fields[11]) + int(fields[12])) * CLOCK_TICK_S
+
+
 def memory_kib(pid: int) -> dict[str, int]:
     """VmRSS and VmHWM (peak RSS) of ``pid`` in KiB, from /proc/PID/status."""
     out: dict[str, int] = {}

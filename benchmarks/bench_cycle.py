@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from bench_common import GO_QUERIES, progress, setup_paths
+from bench_common import GO_QUERIES, cpu_s, progress, setup_paths
 
 setup_paths()
 
@@ -364,7 +364,7 @@ async def _measured(
         ref_ms = await reference(session, predicted)
     probe.reset()
     first_full_ms: float | None = None
-    prom_cpu = process_cpu_ms(prom_pid)
+    prom_cpu = cpu_s(prom_pid) if prom_pid is not None else 0.0
     cpu = time.process_time()
     began = time.perf_counter()
     if watch_nodes is None:
@@ -377,7 +377,10 @@ async def _measured(
         else:
             first_full_ms = (first - began) * 1000.0
     cycle_cpu = time.process_time()
-    prom_cpu_after = process_cpu_ms(prom_pid)
+    if prom_pid is not None:
+        prom_cpu_ms: float | None = (cpu_s(prom_pid) - prom_cpu) * 1000.0
+    else:
+        prom_cpu_ms = None
     service_ms = (ended - began) * 1000.0
     # The idle work the cycle left is part of what each poll costs: awaited here, so that
     # its CPU is the poll's, and before any reference.
@@ -398,17 +401,8 @@ async def _measured(
         idle_cpu_ms=(idle_cpu - cycle_cpu) * 1000.0,
         phases_cpu_ms=dict(probe.phases_cpu),
         first_full_ms=first_full_ms,
-        prom_cpu_ms=None if prom_cpu is None else (prom_cpu_after or 0.0) - prom_cpu,
+        prom_cpu_ms=prom_cpu_ms,
     )
-
-
-def process_cpu_ms(pid: int | None) -> float | None:
-    """User + system CPU of process ``pid`` so far, from /proc/PID/stat (10 ms ticks)."""
-    if pid is None:
-        return None
-    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
 
 
 def _with_time(requests: list[Request], now: float) -> list[Request]:
@@ -478,10 +472,10 @@ async def bench(
                 last = list(probe.requests)
                 if k > 0:
                     result.steady.append(run)
-                    before = process_cpu_ms(prom_pid)
-                    await go_reference(prom_url, now)
-                    if before is not None:
-                        result.go_prom_cpu_ms.append((process_cpu_ms(prom_pid) or 0.0) - before)
+                    if prom_pid is not None:
+                        before = cpu_s(prom_pid)
+                        await go_reference(prom_url, now)
+                        result.go_prom_cpu_ms.append((cpu_s(prom_pid) - before) * 1000.0)
         await engine.wait_idle_work()
         result.fold_ms = probe.fold_ms[1:]  # the first follows the cold start
         steady_ms = sorted(r.service_ms for r in result.steady)

@@ -19,6 +19,7 @@ from pathlib import Path
 import orjson
 from bench_common import (
     REPO,
+    cpu_s,
     free_port,
     http_get,
     memory_kib,
@@ -34,7 +35,6 @@ POLL_S = 0.01
 # before the poll is due, so that the harness's requests cost the service little CPU.
 WATCH_S = 0.05
 WATCH_EARLY_S = 0.5
-CLOCK_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 # /watcher/health requests sent back to back to learn what answering one costs the service.
 HEALTH_PROBES = 100
 
@@ -205,14 +205,6 @@ class Service:
             now = self.taken_at()
             if now is not None and now != seen:
                 seen, done = now, done + 1
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` (every thread), from /proc/PID/stat."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    # After "pid (comm)": state is field 3, utime 14 and stime 15.
-    return (int(fields[11]) + int(fields[12])) * CLOCK_TICK_S
 
 
 def task_cpu_ns(pid: int) -> int:

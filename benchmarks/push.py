@@ -65,8 +65,10 @@ from typing import Any
 
 import orjson
 from bench_common import (
+    CLOCK_TICK_S,
     REPO,
     MissingTool,
+    cpu_s,
     find_tool,
     free_port,
     load_average,
@@ -107,7 +109,6 @@ EXTERNAL = (("prometheus", "monitoring/k8s"), ("prometheus_replica", "prometheus
 SAMPLES_PER_BODY = 2000  # Prometheus's queue_config.max_samples_per_send
 RETENTION_S = 1020.0  # journal.retention_s: the history a steady service holds
 REAL_ROUND_S = 15.0
-TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 FULL: dict[str, Any] = {
     "sizes": "1000,5000",
@@ -306,13 +307,6 @@ async def send_paced(
 # -- processes -------------------------------------------------------------------------------
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of ``pid`` (all its threads, live and exited), from /proc/PID/stat."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * TICK_S
-
-
 def _clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LOADWATCHER_", "METRICS_"))}
     env.update(PYTHONPATH=str(REPO), **extra)
@@ -496,16 +490,16 @@ async def probe_cost(session: aiohttp.ClientSession, url: str, pid: int) -> Prob
     async with session.get(url + "/watcher", headers={"Accept-Encoding": "gzip"}) as resp:
         etag = resp.headers.get("ETag", "")
         await resp.read()
-    before = cpu_seconds(pid)
+    before = cpu_s(pid)
     for _ in range(CALIBRATE_304):
         headers = {"Accept-Encoding": "gzip", "If-None-Match": etag}
         async with session.get(url + "/watcher", headers=headers) as resp:
             await resp.read()
-    mid = cpu_seconds(pid)
+    mid = cpu_s(pid)
     for _ in range(CALIBRATE_200):
         async with session.get(url + "/watcher", headers={"Accept-Encoding": "gzip"}) as resp:
             await resp.read()
-    after = cpu_seconds(pid)
+    after = cpu_s(pid)
     return ProbeCost((mid - before) / CALIBRATE_304, (after - mid) / CALIBRATE_200)
 
 
@@ -601,18 +595,18 @@ class Meter:
         self._rss = 0
 
     def _backend_cpu(self) -> float:
-        return cpu_seconds(self.backend_pid) if self.backend_pid is not None else 0.0
+        return cpu_s(self.backend_pid) if self.backend_pid is not None else 0.0
 
     async def begin(self, session: aiohttp.ClientSession) -> None:
         self._metrics = await self_metrics(session, self.url)
         self._rss = memory_kib(self.pid)["VmRSS"]
         self._requests = Counter(self.watcher.requests)
         self._backend = self._backend_cpu()
-        self._cpu = cpu_seconds(self.pid)
+        self._cpu = cpu_s(self.pid)
         self._began = time.monotonic()
 
     async def end(self, session: aiohttp.ClientSession) -> Window:
-        cpu = cpu_seconds(self.pid)
+        cpu = cpu_s(self.pid)
         seconds = time.monotonic() - self._began
         backend = self._backend_cpu()
         requests = Counter(self.watcher.requests)
@@ -982,7 +976,7 @@ class IngestRun:
     def rate(self, target: str) -> float:
         """Samples per CPU-second, the median repetition (NaN below the clock tick)."""
         cpu = statistics.median(self.cpu_s[target])
-        return self.samples / cpu if cpu >= TICK_S else float("nan")
+        return self.samples / cpu if cpu >= CLOCK_TICK_S else float("nan")
 
 
 TARGETS = ("loadwatcher", "prometheus")
@@ -1043,23 +1037,21 @@ async def ingest(
                 for target in TARGETS:
                     await send_paced(session, urls[target], plans[kind][0], PACE_SAMPLES_PER_S)
             await asyncio.sleep(settle)
-            before = {t: cpu_seconds(pids[t]) for t in TARGETS}
+            before = {t: cpu_s(pids[t]) for t in TARGETS}
             began = time.monotonic()
             await asyncio.sleep(5.0 if not args.quick else 1.0)
-            idle = {
-                t: (cpu_seconds(pids[t]) - before[t]) / (time.monotonic() - began) for t in TARGETS
-            }
+            idle = {t: (cpu_s(pids[t]) - before[t]) / (time.monotonic() - began) for t in TARGETS}
             for rep in range(args.reps):
                 for n, kind in enumerate(plans):
                     order = TARGETS if (rep + n) % 2 == 0 else TARGETS[::-1]
                     for target in order:
                         run = runs[kind]
-                        c0, t0 = cpu_seconds(pids[target]), time.monotonic()
+                        c0, t0 = cpu_s(pids[target]), time.monotonic()
                         statuses = await send_paced(
                             session, urls[target], plans[kind][1 + rep], PACE_SAMPLES_PER_S
                         )
                         await asyncio.sleep(settle)
-                        raw, seconds = cpu_seconds(pids[target]) - c0, time.monotonic() - t0
+                        raw, seconds = cpu_s(pids[target]) - c0, time.monotonic() - t0
                         run.raw_cpu_s.setdefault(target, []).append(raw)
                         run.cpu_s.setdefault(target, []).append(raw - idle[target] * seconds)
                         run.window_s.setdefault(target, []).append(seconds)

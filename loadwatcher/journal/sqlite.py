@@ -246,7 +246,8 @@ class Journal:
         Nothing is remembered of a write that fails: the next one retries the new series.
         """
         db = self._conn()
-        file_ids, new_series, next_id = self._map_new(keys)
+        file_ids, fresh, next_id = self._map_new(keys)
+        new_series = [(fid, key[0], str(key[1])) for key, fid in fresh]
         sid = file_ids[added.sid] if len(added) else added.sid
         doomed = [(fid,) for fid in self._doomed]
         try:
@@ -271,30 +272,29 @@ class Journal:
                 raise
         except sqlite3.Error as exc:
             raise JournalError(f"cannot write journal {self.path}: {exc}") from exc
-        mapped = len(self._file_ids)
-        for key, fid in zip(keys[mapped:], file_ids[mapped:].tolist(), strict=True):
-            self._ids_by_key.setdefault(key, fid)
+        self._ids_by_key.update(fresh)
         self._next_id = next_id
         del self._doomed[: len(doomed)]
         self._file_ids = file_ids
 
     def _map_new(
         self, keys: list[tuple[str, Resource]]
-    ) -> tuple[np.ndarray, list[tuple[int, str, str]], int]:
-        """File ids for every store series; the rows of series the file does not hold yet."""
+    ) -> tuple[np.ndarray, list[tuple[tuple[str, Resource], int]], int]:
+        """File ids for every store series; the series the file does not hold yet, with
+        the file ids they get, and the next free id."""
         mapped = len(self._file_ids)
         if len(keys) <= mapped:
             return self._file_ids, [], self._next_id
         more: list[int] = []
-        new_series: list[tuple[int, str, str]] = []
+        fresh: list[tuple[tuple[str, Resource], int]] = []
         next_id = self._next_id
         for key in keys[mapped:]:
             fid = self._ids_by_key.get(key)
             if fid is None:
                 fid, next_id = next_id, next_id + 1
-                new_series.append((fid, key[0], str(key[1])))
+                fresh.append((key, fid))
             more.append(fid)
-        return np.concatenate([self._file_ids, np.asarray(more, np.int64)]), new_series, next_id
+        return np.concatenate([self._file_ids, np.asarray(more, np.int64)]), fresh, next_id
 
     async def _rollback(self) -> None:
         """Undo a failed transaction; never let the ROLLBACK mask the error that caused it.

@@ -61,7 +61,8 @@ class ParseMemo:
         self.strip_port = strip_port
         self._names: dict[str, str] = {}
         self._last: dict[Resource, tuple[int, bytes, _Layout]] = {}
-        # Answers are parsed in worker threads, two resources at a time.
+        # Answers are parsed in worker threads (the provider runs one at a time; the memo
+        # does not count on it).
         self._lock = threading.Lock()
 
     def nodes(self, values: list[str]) -> list[str]:
