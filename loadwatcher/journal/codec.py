@@ -3,9 +3,9 @@
 A chunk is (file series id int64, time float64, value float64) of equal length, with the
 CRC32 of the three. Decoding drops a chunk whose checksum does not match or whose columns
 differ in length (counted, never served) and concatenates the rest in file order;
-``last_of_each`` restores (series, time) order and keeps the last written of duplicate
-(series, time) pairs; ``samples_since`` does both, maps file series ids to the store's and
-applies the checks a fresh sample passes.
+``last_of_each`` restores (series, time) order, whatever the rows' order in the file, and
+keeps the last written of duplicate (series, time) pairs; ``samples_since`` does both, maps
+file series ids to the store's and applies the checks a fresh sample passes.
 """
 
 from __future__ import annotations
@@ -102,27 +102,32 @@ def decode(chunks: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     )
 
 
-def scrub(rows: list[Any], until: float) -> tuple[list[int], tuple[Any, ...] | None]:
-    """Of chunk rows ``(id, sid, ts, val, crc)``: the ids of those that are damaged or hold
-    an implausible sample, and one chunk (``INSERT``'s parameters) of the plausible samples
-    of the undamaged ones among them, or None when there are none."""
-    bad: list[int] = []
-    fids, tss, vals = [], [], []
+UPDATE = (
+    "UPDATE chunks SET ts_min = ?, ts_max = ?, n = ?, sid = ?, ts = ?, val = ?, crc = ?"
+    " WHERE id = ?"
+)
+
+
+def scrub(rows: list[Any], until: float) -> tuple[list[int], list[tuple[Any, ...]]]:
+    """Of chunk rows ``(id, sid, ts, val, crc)``: the ids of those to delete (damaged, or
+    with no plausible sample), and ``UPDATE``'s parameters for each row that holds an
+    implausible sample beside plausible ones: the row keeps its id and so its place in file
+    order, which decides which of a repeated (series, time) is the last written."""
+    gone: list[int] = []
+    rewritten: list[tuple[Any, ...]] = []
     for row in rows:
         fid, ts, val, damaged = decode([row[1:]])
         if damaged:
-            bad.append(int(row[0]))
+            gone.append(int(row[0]))
             continue
         sound = plausible(ts, val, until)
         if bool(sound.all()):
             continue
-        bad.append(int(row[0]))
-        fids.append(fid[sound])
-        tss.append(ts[sound])
-        vals.append(val[sound])
-    if not fids or sum(f.shape[0] for f in fids) == 0:
-        return bad, None
-    return bad, encode(np.concatenate(fids), np.concatenate(tss), np.concatenate(vals))
+        if not bool(sound.any()):
+            gone.append(int(row[0]))
+            continue
+        rewritten.append((*encode(fid[sound], ts[sound], val[sound]), int(row[0])))
+    return gone, rewritten
 
 
 def plausible(ts: np.ndarray, val: np.ndarray, until: float) -> np.ndarray:
@@ -147,15 +152,18 @@ def last_of_each(sid: np.ndarray, ts: np.ndarray, val: np.ndarray) -> Columns:
     """
     # Chunks are written cycle after cycle, so a series' samples are normally in time order
     # in the file already: a stable sort by series alone (cheap on runs of sorted chunks)
-    # then gives (series, time) order, much faster than a lexsort. Checked, not assumed.
+    # then gives (series, time) order, much faster than a lexsort. Checked, not assumed: a
+    # takeover, a clock stepped back or the clean-up's re-appended row put a series' rows out
+    # of time order, and then the lexsort runs on the columns as read (never on the ones
+    # the first sort already reordered: that paired one row's series with another's time).
     order = np.argsort(sid, kind="stable")
-    sid, ts_sorted = sid[order], ts[order]
-    same = sid[1:] == sid[:-1]
-    if not bool(np.all(ts_sorted[1:][same] >= ts_sorted[:-1][same])):
+    sid_o, ts_o = sid[order], ts[order]
+    same = sid_o[1:] == sid_o[:-1]
+    if not bool(np.all(ts_o[1:][same] >= ts_o[:-1][same])):
         order = np.lexsort((ts, sid))  # stable: equal keys keep file order
-        sid, ts_sorted = sid[order], ts[order]
-        same = sid[1:] == sid[:-1]
-    ts, val = ts_sorted, val[order]
+        sid_o, ts_o = sid[order], ts[order]
+        same = sid_o[1:] == sid_o[:-1]
+    sid, ts, val = sid_o, ts_o, val[order]
     last = np.ones(sid.shape[0], bool)
     last[:-1] = ~same | (ts[1:] != ts[:-1])
     if bool(last.all()):

@@ -17,9 +17,10 @@ without mixing them up.
 
 Each sample chunk carries a checksum. A read leaves out chunks whose checksum or shape is
 wrong and samples no fresh fetch would keep (``codec.plausible``), and tells ``on_refused``
-what it left out, so that health can say so. It also cleans the file of them: the rows are
-replaced by one holding their sound samples, so that a sample written ahead of the clock
-does not come back as a real one once the clock has caught up with it.
+what it left out, so that health can say so. It also cleans the file of them: a damaged
+row is deleted, a row with implausible samples rewritten in place with its sound ones, so
+that a sample written ahead of the clock does not come back as a real one once the clock
+has caught up with it.
 
 Series the store forgets (no sample in the retention: node churn) leave the file with the
 next write (``forget``). File ids are never reused, even across restarts (``meta``
@@ -195,18 +196,17 @@ class Journal:
         return StoredSamples(keys, samples, refused)
 
     async def _clean(self, rows: list[Any], until: float) -> None:
-        """Replace the rows holding damaged or implausible samples by one row of their
-        sound samples. A failure leaves the file as it was: the reads filter anyway."""
-        bad, sound = await asyncio.to_thread(codec.scrub, rows, until)
-        if not bad:
+        """Delete the damaged rows and rewrite in place those holding implausible samples
+        beside sound ones. A failure leaves the file as it was: the reads filter anyway."""
+        gone, rewritten = await asyncio.to_thread(codec.scrub, rows, until)
+        if not gone and not rewritten:
             return
         db = self._conn()
         try:
             await db.execute("BEGIN IMMEDIATE")
             try:
-                await db.executemany("DELETE FROM chunks WHERE id = ?", [(i,) for i in bad])
-                if sound is not None:
-                    await db.execute(codec.INSERT, sound)
+                await db.executemany("DELETE FROM chunks WHERE id = ?", [(i,) for i in gone])
+                await db.executemany(codec.UPDATE, rewritten)
                 await db.execute("COMMIT")
             except BaseException:
                 await self._rollback()

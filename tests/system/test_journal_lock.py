@@ -8,10 +8,12 @@ the lock file, which must not block the next start.
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from backends import openmetrics_text
@@ -85,3 +87,71 @@ def test_a_holder_killed_with_sigkill_does_not_block_the_next_start(
     finally:
         code, _ = second.terminate(15)
     assert code == 0, second.log_tail()
+
+
+def _window_stats(series: list[Any], end: float, span_s: float = 900.0) -> dict[str, tuple]:
+    """Each node's (resource, AVG, MIN, MAX) in percent over ``end - span_s <= t <= end``,
+    from the data Prometheus was seeded with (the oracle: what was written, not our output)."""
+    out: dict[str, tuple] = {}
+    for metric, labels, samples in series:
+        node = labels["instance"].rsplit(":", 1)[0]
+        vals = [100.0 * v for t, v in samples if end - span_s <= t <= end]
+        kind = "CPU" if "cpu" in metric else "Memory"
+        out[f"{node}/{kind}"] = (sum(vals) / len(vals), min(vals), max(vals))
+    return out
+
+
+def _served_stats(body: dict[str, Any]) -> dict[str, tuple]:
+    out: dict[str, dict[str, float]] = {}
+    for node, entry in body["data"]["NodeMetricsMap"].items():
+        for m in entry["metrics"]:
+            if m["rollup"] == "15m":
+                out.setdefault(f"{node}/{m['type']}", {})[m["operator"]] = m["value"]
+    return {k: (v["AVG"], v["MIN"], v["MAX"]) for k, v in out.items()}
+
+
+def test_after_a_takeover_a_restart_serves_each_node_its_own_samples(
+    prometheus_factory, tmp_path: Path
+) -> None:
+    """The README's rolling update, then a clean restart: the journal then holds one
+    series' rows out of time order (the second instance writes its own backfill after the
+    first's newer rows), and the restart must still pair every sample with its own node."""
+    series = node_history(6, math.floor(time.time()) - 1)
+    prom = prometheus_factory(openmetrics_text(series))
+    db = tmp_path / "lw.db"
+    old = Service.prometheus(prom.url, db, tmp_path / "old.log").start()
+    new = Service.prometheus(prom.url, db, tmp_path / "new.log")
+    third = Service.prometheus(prom.url, db, tmp_path / "third.log")
+    try:
+        old.wait_status("/readyz", 200)
+        new.start()
+        new.wait_status("/readyz", 200)
+        old.terminate(15)
+        stopped = time.time()
+        new.wait_until(
+            "a cycle written after the old one stopped",
+            lambda: (journal_snapshot_time(db) or 0) > stopped,
+            10,
+        )
+        new.terminate(15)
+        # The restart's first answer is the saved snapshot; the one after its first poll
+        # holds rollups rebuilt from the samples it read back.
+        third.start()
+        third.wait_status("/readyz", 200)
+        restarted = time.time()
+
+        def polled() -> bool:
+            code, raw = third.get("/watcher")
+            return code == 200 and json.loads(raw)["timestamp"] > restarted
+
+        third.wait_until("a poll after the restart", polled, 10)
+        body = json.loads(third.get("/watcher")[1])
+    finally:
+        for service in (old, new, third):
+            if service.running():
+                service.terminate(15)
+    served = _served_stats(body)
+    expected = _window_stats(series, body["timestamp"])
+    assert served.keys() == expected.keys()
+    for key, want in expected.items():
+        assert served[key] == pytest.approx(want, abs=1e-6), key
