@@ -6,7 +6,8 @@ Rules, per node and resource, evaluated at ``now`` over the samples the store ho
 - ``frozen``: the last ``frozen_after_s`` seconds (or more) of samples all have the same
   value, over at least ``FROZEN_MIN_SAMPLES`` samples — a stuck exporter or agent;
 - ``low_coverage``: the 15-minute window holds fewer than ``min_coverage`` of the samples
-  its own median sampling interval implies (gaps, or a series that just appeared);
+  its own median sampling interval implies (gaps, or a series that just appeared), or a
+  single sample (no interval yet to judge it by);
 - ``disagrees``: a corroborating provider's 5-minute average differs by more than its
   threshold (computed by the engine, passed in here).
 - ``missing``: the provider knows the node (node list) but it has no sample at all.
@@ -182,7 +183,9 @@ def _low_coverage(
     if unsure.shape[0]:
         median = _median_gap(gaps, starts[unsure], stops[unsure] - 1)
         low[unsure] = in_window[unsure] < min_coverage * _expected(median)
-    return low
+    # A series with one sample in the window has no cadence yet to be measured against:
+    # it has not shown it covers anything (a node whose first sample just arrived).
+    return low | (in_window < 2)
 
 
 def _expected(interval: FloatArray) -> FloatArray:

@@ -36,7 +36,7 @@ def reference_quality(ts: np.ndarray, val: np.ndarray, th: Thresholds) -> Qualit
         in_window = int((ts >= NOW - LONGEST_WINDOW_S).sum())
         median = float(np.median(np.diff(ts))) if ts.shape[0] > 1 else np.inf
         expected = LONGEST_WINDOW_S / max(median, 1e-9) if median > 0 else np.inf
-        if in_window < th.min_coverage * max(expected, 1.0):
+        if in_window < 2 or in_window < th.min_coverage * max(expected, 1.0):
             return Quality.LOW_COVERAGE
     return Quality.OK
 
