@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loadwatcher import allocator
-from loadwatcher.engine import published, restore
+from loadwatcher.engine import freshness, published, restore
 from loadwatcher.engine.corroborating import CorroboratingSource
 from loadwatcher.engine.persistence import Persistence
 from loadwatcher.engine.published import Published
@@ -33,7 +33,7 @@ from loadwatcher.engine.transitions import TransitionLog
 from loadwatcher.errors import JournalError, ProviderError, ProviderErrorKind
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import Columns, FetchResult, IntArray, Resource, Summary
-from loadwatcher.pipeline import analysis, corroboration, health, snapshot, summary
+from loadwatcher.pipeline import ageing, analysis, corroboration, health, snapshot, summary
 from loadwatcher.pipeline.analysis import Quality
 from loadwatcher.pipeline.snapshot import Snapshot
 from loadwatcher.pipeline.store import AddResult, SampleStore
@@ -152,6 +152,9 @@ class Engine:
             await self._persistence.journal.close()
 
     async def _serve_restored(self, snap: Snapshot) -> None:
+        # Its tags were true when it was taken; served now, they must be true now.
+        snap = freshness.aged(self, snap, self.clock())
+        self.report = ageing.report_of(snap.tags)
         self.current = await asyncio.to_thread(published.publish, snap)
         self.node_info = dict(snap.node_info)
 
@@ -227,7 +230,7 @@ class Engine:
         if self.on_published is not None:
             self.on_published()
         self._idle_work = asyncio.ensure_future(self._do_idle_work())
-        self._log_quality()
+        self.log_quality()
         self._log_health(now)
         self.metrics.poll_duration.observe(time.perf_counter() - started)
 
@@ -438,12 +441,17 @@ class Engine:
             taken_at = self.current.snapshot.taken_at
             snap, self.report = self._summary_snapshot(self._summary, taken_at, now)
             self.current = await asyncio.to_thread(published.publish, snap)
-            self._log_quality()
+            self.log_quality()
             return
-        self.report = self._analyse(now)
-        snap = dataclasses.replace(self.current.snapshot, tags=self.report.tags)
+        report = self._analyse(now)
+        last = self.current.snapshot
+        # Nodes the store no longer holds samples of (a journal older than the retention)
+        # keep their last tags, aged: never served without a quality.
+        kept = {n: last.tags[n] for n in last.nodes if n in last.tags and n not in report.tags}
+        snap = freshness.aged(self, dataclasses.replace(last, tags={**kept, **report.tags}), now)
+        self.report = ageing.report_of(snap.tags, report.nodes(Quality.MISSING))
         self.current = await asyncio.to_thread(published.publish, snap)
-        self._log_quality()
+        self.log_quality()
 
     async def _persist(
         self, added: Columns, body: bytes | None, taken_at: float, now: float
@@ -482,7 +490,7 @@ class Engine:
         snap = self.current.snapshot if self.current else None
         return State(counts, snap.taken_at if snap else None, str(self.health().status))
 
-    def _log_quality(self) -> None:
+    def log_quality(self) -> None:
         self._transitions.quality(self.report)
 
     def _log_health(self, now: float) -> None:
@@ -520,16 +528,23 @@ class Engine:
     # -- the loop ---------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Poll until ``stop`` is set; each wait subtracts the time the cycle took."""
-        while not stop.is_set():
-            started = time.monotonic()
-            try:
-                await self.cycle()
-            except Exception:  # the loop must survive anything a cycle does wrong
-                log.exception("poll cycle failed unexpectedly")
-            delay = self.next_poll_delay(time.monotonic() - started)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=delay)
+        """Poll until ``stop`` is set; each wait subtracts the time the cycle took. Beside
+        it, the served tags age while no cycle publishes (``freshness``)."""
+        ager = asyncio.create_task(freshness.keep_true(self, stop), name="loadwatcher-ageing")
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                try:
+                    await self.cycle()
+                except Exception:  # the loop must survive anything a cycle does wrong
+                    log.exception("poll cycle failed unexpectedly")
+                delay = self.next_poll_delay(time.monotonic() - started)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+        finally:
+            ager.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ager
 
     async def close(self) -> None:
         """Finish the idle-time work, leave the journal ready for the next start, then

@@ -331,5 +331,5 @@ def test_quality_changes_are_logged_once_each(caplog) -> None:
     for rep, expected in steps:
         caplog.clear()
         engine.report = rep
-        engine._log_quality()
+        engine.log_quality()
         assert [r.getMessage().rstrip() for r in caplog.records] == expected

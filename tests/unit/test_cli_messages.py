@@ -480,10 +480,10 @@ def test_quality_log_lines_read_as_sentences(caplog: pytest.LogCaptureFixture) -
         {Quality.DISAGREES: ("a",), Quality.LOW_COVERAGE: ("b",), Quality.MISSING: ("c",)},
     )
     with caplog.at_level(logging.INFO, logger="loadwatcher.engine"):
-        eng._log_quality()
+        eng.log_quality()
         ok = {"a": {"quality": "ok", "lastSample": 2}}
         eng.report = analysis.Report(ok, {Quality.OK: ("a",)})
-        eng._log_quality()
+        eng.log_quality()
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [
         "node a disagrees with the corroborating provider (cpu disagrees, memory ok)",

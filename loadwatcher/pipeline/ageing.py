@@ -1,0 +1,102 @@
+"""A snapshot's quality tags aged to the moment they are served (pure).
+
+The analyser tags nodes at the snapshot's time. A snapshot served later -- restored from the
+journal at start, or kept while the provider hangs or fails -- may call a node ``ok`` whose
+newest sample is by now older than ``stale_after_s``. ``aged`` re-judges staleness at ``now``
+from the newest sample each series has in the longest window, and gives every node a tag
+(a node without one cannot be vouched for); ``stale_at`` says when the next series turns
+stale, so that the engine re-publishes at that moment rather than at the next poll.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from loadwatcher.model import WINDOWS
+from loadwatcher.pipeline.analysis import QUALITIES, SEVERITY, Quality, Report
+from loadwatcher.pipeline.snapshot import Snapshot
+
+Tags = dict[str, dict[str, Any]]
+
+_STALE = SEVERITY[Quality.STALE]
+
+
+def _newest(snap: Snapshot) -> tuple[list[int], np.ndarray]:
+    longest = snap.windows[WINDOWS[-1].name]
+    return longest.sids.tolist(), np.asarray(longest.newest, np.float64)
+
+
+def _severity(quality: object) -> int:
+    try:
+        return SEVERITY[Quality(str(quality))]
+    except ValueError:  # not one of ours: nothing to vouch for it
+        return _STALE
+
+
+def aged(snap: Snapshot, now: float, stale_after_s: float) -> Tags | None:
+    """``snap``'s tags as of ``now``, or None when they need no change: a node with a series
+    whose newest sample is more than ``stale_after_s`` old is ``stale`` (with its true
+    ``lastSample``), and a node without a quality gets one (``stale``, or ``low_coverage``
+    while its samples are recent: what it was judged on is not known)."""
+    sids, newest = _newest(snap)
+    # -inf: not known (the backend's own aggregates), which ages by its own rule.
+    stale = np.isfinite(newest) & ((now - newest) > stale_after_s)
+    tags = snap.tags
+    untagged = [node for node in snap.nodes if "quality" not in tags.get(node, {})]
+    if not bool(stale.any()) and not untagged:
+        return None
+    by_node: dict[str, dict[str, tuple[bool, float]]] = {}
+    keys = snap.keys
+    for sid, is_stale, t in zip(sids, stale.tolist(), newest.tolist(), strict=True):
+        node, resource = keys[sid]
+        by_node.setdefault(node, {})[resource.value] = (is_stale, t)
+    changed: Tags = {}
+    for node, series in by_node.items():
+        old = tags.get(node, {})
+        any_stale = any(s for s, _ in series.values())
+        if "quality" in old and not any_stale:
+            continue
+        if _severity(old.get("quality")) >= _STALE and "lastSample" in old:
+            continue
+        new = dict(old)
+        fallback = str(Quality.LOW_COVERAGE if "quality" not in old else Quality.OK)
+        detail = dict(old.get("detail", {}))
+        for name, (is_stale, _) in series.items():
+            detail[name] = str(Quality.STALE) if is_stale else detail.get(name, fallback)
+        worst = max((_severity(q) for q in detail.values()), default=_STALE)
+        if "quality" in old:
+            worst = max(worst, _severity(old["quality"]))
+        new["quality"] = str(QUALITIES[worst])
+        known = [t for _, t in series.values() if np.isfinite(t)]
+        if "lastSample" in old or known:
+            new["lastSample"] = int(old.get("lastSample", max(known, default=0)))
+        new["detail"] = dict(sorted(detail.items()))
+        if new != old:
+            changed[node] = new
+    if not changed:
+        return None
+    return {**tags, **changed}
+
+
+def stale_at(snap: Snapshot, now: float, stale_after_s: float) -> float | None:
+    """When the next series of ``snap`` that is fresh at ``now`` turns stale (None: none is
+    fresh)."""
+    _, newest = _newest(snap)
+    due = newest + stale_after_s
+    fresh = due[due >= now]
+    return float(fresh.min()) if fresh.shape[0] else None
+
+
+def report_of(tags: Tags, missing: tuple[str, ...] = ()) -> Report:
+    """The analyser's report of ``tags`` (nodes per quality, in node order)."""
+    by_quality: dict[Quality, list[str]] = {}
+    for node in sorted(tags):
+        quality = tags[node].get("quality")
+        if quality is not None:
+            by_quality.setdefault(QUALITIES[_severity(quality)], []).append(node)
+    grouped = {q: tuple(nodes) for q, nodes in by_quality.items()}
+    if missing:
+        grouped[Quality.MISSING] = missing
+    return Report(tags, grouped)

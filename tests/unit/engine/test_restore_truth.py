@@ -1,0 +1,185 @@
+"""What a restart serves is aged as it is served: a node is ok only while its newest sample is
+within ``stale_after_s`` of now, whatever the provider is doing, and never without a quality.
+
+A scripted provider stands in for the backend (exact times); the journal is the real one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from loadwatcher.engine import Engine, EngineOptions, freshness, published
+from loadwatcher.errors import ProviderError, ProviderErrorKind
+from loadwatcher.journal.sqlite import Journal
+from loadwatcher.model import FetchResult, Resource, Series
+from loadwatcher.wire import formats
+from loadwatcher.wire.formats import Format
+
+NAMES = {Resource.CPU: "cpu", Resource.MEMORY: "memory"}
+NODES = ["a", "b", "c"]
+
+
+class Backend:
+    """One sample per node and resource at ``now``; or failing; or hanging."""
+
+    source = "Prometheus"
+
+    def __init__(self) -> None:
+        self.mode = "ok"
+
+    async def fetch(self, now: float, since: float | None) -> FetchResult:
+        if self.mode == "fail":
+            raise ProviderError(ProviderErrorKind.CONNECT, "connection refused")
+        if self.mode == "hang":
+            await asyncio.sleep(3600)
+        ts = np.array([now])
+        return FetchResult(
+            series=[Series(n, r, ts, np.array([10.0])) for n in NODES for r in NAMES]
+        )
+
+    async def close(self) -> None:
+        pass
+
+
+def _engine(db: Path, clock: Callable[[], float], poll_interval_s: float = 15.0) -> Engine:
+    options = EngineOptions(poll_interval_s=poll_interval_s, retention_s=1020.0)
+    return Engine(Backend(), Journal(str(db)), options, NAMES, clock=clock)
+
+
+async def _journal_of(db: Path, last: float, clean: bool = True) -> None:
+    """Eight cycles ending at ``last``, every 15 s, then a clean stop (or a crash)."""
+    first = _engine(db, lambda: last)
+    await first.recover()
+    for k in range(8):
+        await first.cycle(last - 15 * (7 - k))
+    await first.wait_idle_work()
+    if clean:
+        await first.close()
+    else:
+        assert first.journal is not None
+        await first.journal.close()
+
+
+def _tags(engine: Engine) -> dict[str, Any]:
+    assert engine.current is not None
+    doc = formats.document(engine.current.snapshot, "15m", Format.DEFAULT)
+    return {node: entry["tags"] for node, entry in doc["data"]["NodeMetricsMap"].items()}
+
+
+async def test_a_restart_ten_minutes_later_serves_stale_from_its_first_byte(
+    tmp_path: Path,
+) -> None:
+    last = 1_700_000_000.0
+    for clean in (True, False):
+        db = tmp_path / f"lw-{clean}.db"
+        await _journal_of(db, last, clean=clean)
+        second = _engine(db, lambda: last + 611)
+        await second.recover()
+        tags = _tags(second)
+        assert {n: (t["quality"], t["lastSample"]) for n, t in tags.items()} == {
+            n: ("stale", int(last)) for n in NODES
+        }, clean
+        assert set(second.health(last + 611).body["snapshot"]["staleNodes"]) == set(NODES)
+        await second.close()
+
+
+async def test_a_restart_within_stale_after_keeps_its_quality(tmp_path: Path) -> None:
+    last = 1_700_000_000.0
+    db = tmp_path / "lw.db"
+    await _journal_of(db, last)
+    second = _engine(db, lambda: last + 200)
+    await second.recover()
+    assert {t["quality"] for t in _tags(second).values()} == {"low_coverage"}
+    await second.close()
+
+
+async def test_a_week_old_journal_with_the_backend_failing_is_stale_never_untagged(
+    tmp_path: Path,
+) -> None:
+    last = 1_700_000_000.0
+    week = 7 * 86400
+    db = tmp_path / "lw.db"
+    await _journal_of(db, last)
+    second = _engine(db, lambda: last + week)
+    await second.recover()
+    assert isinstance(second.provider, Backend)
+    second.provider.mode = "fail"
+    await second.cycle(last + week)
+    tags = _tags(second)
+    assert tags.keys() == set(NODES)
+    assert {n: (t["quality"], t["lastSample"]) for n, t in tags.items()} == {
+        n: ("stale", int(last)) for n in NODES
+    }
+    await second.close()
+
+
+async def test_while_the_backend_hangs_the_served_tags_age_when_their_node_turns_stale(
+    tmp_path: Path,
+) -> None:
+    """The restored nodes are 298 s old at start: two seconds later, with the first poll
+    still hanging, they are served stale."""
+    offset = [0.0]
+
+    def clock() -> float:
+        return time.time() + offset[0]
+
+    db = tmp_path / "lw.db"
+    last = float(math.floor(time.time()))  # windows end at a whole second
+    await _journal_of(db, last)
+    offset[0] = 298.0 - (time.time() - last)
+    second = _engine(db, clock, poll_interval_s=30.0)
+    await second.recover()
+    assert {t["quality"] for t in _tags(second).values()} == {"low_coverage"}
+    assert isinstance(second.provider, Backend)
+    second.provider.mode = "hang"
+    stop = asyncio.Event()
+    running = asyncio.create_task(second.run(stop))
+    try:
+        await asyncio.sleep(3.5)
+        tags = _tags(second)
+        assert {n: t["quality"] for n, t in tags.items()} == dict.fromkeys(NODES, "stale")
+        assert {t["lastSample"] for t in tags.values()} == {int(last)}
+    finally:
+        stop.set()
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        await second.close()
+
+
+async def test_an_ageing_that_races_a_cycle_never_overwrites_the_newer_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [1_700_000_000.0]
+    db = tmp_path / "lw.db"
+    engine = _engine(db, lambda: now[0])
+    await engine.recover()
+    await engine.cycle(now[0])
+    before = engine.current
+    now[0] += 400  # every node stale by now
+    # The ageing's rendering is held until a cycle has published.
+    gate, real, calls = threading.Event(), published.publish, []
+
+    def held(snap: Any) -> Any:
+        calls.append(snap)
+        if len(calls) == 1:
+            gate.wait(10)
+        return real(snap)
+
+    monkeypatch.setattr(published, "publish", held)
+    ageing = asyncio.ensure_future(freshness.age_current(engine))
+    await asyncio.sleep(0.05)
+    await engine.cycle(now[0])
+    after = engine.current
+    gate.set()
+    await ageing
+    assert len(calls) == 2 and engine.current is after is not before
+    await engine.close()
