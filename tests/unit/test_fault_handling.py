@@ -402,9 +402,7 @@ async def test_after_a_crash_the_snapshot_is_rebuilt_from_the_journals_samples(
     restored = formats.document(second.current.snapshot, "15m", Format.DEFAULT)
     # The same rollups; the tags aged to the restart's clock: 5,000 s later nothing is ok.
     nodes, was = restored["data"]["NodeMetricsMap"], served["data"]["NodeMetricsMap"]
-    assert {n: e["metrics"] for n, e in nodes.items()} == {
-        n: e["metrics"] for n, e in was.items()
-    }
+    assert {n: e["metrics"] for n, e in nodes.items()} == {n: e["metrics"] for n, e in was.items()}
     assert {n: (e["tags"]["quality"], e["tags"]["lastSample"]) for n, e in nodes.items()} == {
         n: ("stale", int(last)) for n in ("a", "b", "c")
     }
