@@ -420,7 +420,7 @@ def test_loadaware_reads_the_5m_window_from_a_url(tmp_path: Path) -> None:
                                     "value": cpu,
                                 }
                             ],
-                            "tags": {"lastSample": NOW},
+                            "tags": {"quality": "ok", "lastSample": NOW},
                             "metadata": {"capacity.cpu": "10", "capacity.memory": "10Gi"},
                         }
                     }
