@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from loadwatcher import __version__, allocator, config
-from loadwatcher.commandline import parse_args
+from loadwatcher.commandline import parse_args, reader_gone
 from loadwatcher.errors import ConfigError
 from loadwatcher.http.tokens import TokenFile
 from loadwatcher.providers import registry
@@ -135,6 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(parser, argv)
     try:
         code: int = args.func(args)
+        sys.stdout.flush()  # here, not at exit: a closed pipe is seen while handled
+    except BrokenPipeError:
+        return reader_gone()
     except ConfigError as exc:
         print(f"loadwatcher: bad configuration: {exc}", file=sys.stderr)
         return EXIT_CONFIG
