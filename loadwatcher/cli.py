@@ -13,9 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from loadwatcher import __version__, allocator, config
-from loadwatcher.commandline import parse_args
+from loadwatcher.commandline import parse_args, reader_gone
 from loadwatcher.errors import ConfigError
-from loadwatcher.http.tokens import TokenFile
 from loadwatcher.providers import registry
 
 log = logging.getLogger("loadwatcher")
@@ -73,9 +72,8 @@ def _settings(args: argparse.Namespace) -> config.Settings:
 
 
 def _config_check(args: argparse.Namespace) -> int:
+    # Everything serve refuses before it starts is refused by config.load, for both.
     settings = _settings(args)
-    if settings.server.auth_token_file:  # what serve would refuse at start
-        TokenFile(settings.server.auth_token_file).require("server.auth_token_file")
     effective = config.effective(settings, registry.catalogue())
     import yaml  # not at the top: `serve` reads YAML only when given a --config file
 
@@ -135,6 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(parser, argv)
     try:
         code: int = args.func(args)
+        sys.stdout.flush()  # here, not at exit: a closed pipe is seen while handled
+    except BrokenPipeError:
+        return reader_gone()
     except ConfigError as exc:
         print(f"loadwatcher: bad configuration: {exc}", file=sys.stderr)
         return EXIT_CONFIG

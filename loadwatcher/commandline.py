@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import sys
 from collections.abc import Sequence
 
 _PARSER = "_parser"  # the namespace attribute that names the (sub)command's own parser
@@ -27,3 +30,15 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse
     if unknown:
         owner.error(f"unrecognized arguments: {' '.join(unknown)}")
     return args
+
+
+def reader_gone() -> int:
+    """The reader of stdout went away (``| head -1``): it has what it wanted; exit 0.
+
+    stdout is pointed at /dev/null so that the interpreter's own flush at exit does not
+    fail on the closed pipe a second time."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return 0

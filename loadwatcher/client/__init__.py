@@ -4,10 +4,13 @@
         snap = await client.fetch(window="5m")
 
     snap = fetch_snapshot("http://loadwatcher:2020")          # scripts: sync wrapper
+    snap = fetch_snapshot("https://lw:2020", token_file="/run/lw-token", ca_file="ca.pem")
 
-``snapshot`` reads a document into typed data; ``fetch`` gets it over HTTP.
+``snapshot`` reads a document into typed data; ``fetch`` gets it over HTTP; ``access``
+reads the token and CA files; ``answers`` words the failures.
 """
 
+from loadwatcher.client.access import TOKEN_ENV, ClientOptionError
 from loadwatcher.client.fetch import WatcherClient, fetch_snapshot
 from loadwatcher.client.snapshot import (
     OPERATORS,
@@ -15,6 +18,7 @@ from loadwatcher.client.snapshot import (
     Metric,
     NodeMetrics,
     NodeNotFoundError,
+    NotAWatcherDocumentError,
     Snapshot,
     StaleSnapshotError,
     WatcherUnavailableError,
@@ -28,10 +32,13 @@ from loadwatcher.client.snapshot import (
 
 __all__ = [
     "OPERATORS",
+    "TOKEN_ENV",
+    "ClientOptionError",
     "InvalidSnapshotError",
     "Metric",
     "NodeMetrics",
     "NodeNotFoundError",
+    "NotAWatcherDocumentError",
     "Snapshot",
     "StaleSnapshotError",
     "WatcherClient",

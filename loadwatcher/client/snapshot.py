@@ -36,6 +36,11 @@ class InvalidSnapshotError(ClientError):
     """The answer is not a valid /watcher document (bad JSON, schema violation)."""
 
 
+class NotAWatcherDocumentError(InvalidSnapshotError):
+    """JSON, but without the envelope of either wire format (``timestamp``, ``window``,
+    ``data``): some other server's or program's document."""
+
+
 class StaleSnapshotError(ClientError):
     """The snapshot is older than the accepted age."""
 
@@ -148,16 +153,25 @@ def _one_line(error: Any) -> str:
     return f"{where}: {message}"
 
 
+# What both wire formats have. A document with none of ``data.NodeMetricsMap`` (the default
+# format's mark) and not all of these is some other program's.
+_ENVELOPE = ("timestamp", "window", "data")
+
+
 def parse_snapshot(doc: Any, *, fmt: str | None = None, validate: bool = True) -> Snapshot:
     """Turn a decoded /watcher document into a :class:`Snapshot` (pure; no I/O).
 
     ``fmt`` is ``"default"`` or ``"kep"``; None detects it from ``data.NodeMetricsMap``.
     """
     if not isinstance(doc, dict):
-        raise InvalidSnapshotError("watcher document is not a JSON object")
+        raise NotAWatcherDocumentError("not a /watcher document: not a JSON object")
     data = doc.get("data")
+    default = isinstance(data, dict) and "NodeMetricsMap" in data
+    lacks = [key for key in _ENVELOPE if key not in doc]
+    if not default and lacks:  # neither format's: guessing one for it would mislead
+        raise NotAWatcherDocumentError(f"not a /watcher document: it has no {', '.join(lacks)}")
     if fmt is None:
-        fmt = "default" if isinstance(data, dict) and "NodeMetricsMap" in data else "kep"
+        fmt = "default" if default else "kep"
     if validate:
         from jsonschema.exceptions import best_match
 

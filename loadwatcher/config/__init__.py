@@ -2,13 +2,15 @@
 
 ``spec`` describes settings and sections, ``parsers`` turns text into typed values with a
 message a person can act on, ``settings`` holds the frozen dataclasses, ``catalogue`` puts
-config's sections and the providers' together, ``resolve`` does the layering.
+config's sections and the providers' together, ``resolve`` does the layering, ``files``
+checks the files settings name as the service will use them.
 """
 
 from typing import TYPE_CHECKING
 
 from loadwatcher.config.catalogue import Catalogue, ProviderEntry, install, installed
-from loadwatcher.config.resolve import effective, load, markdown_table, require_file, resolve
+from loadwatcher.config.files import require_file
+from loadwatcher.config.resolve import effective, load, markdown_table, resolve
 from loadwatcher.config.settings import Settings
 from loadwatcher.config.spec import Section, Spec
 

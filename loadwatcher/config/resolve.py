@@ -11,7 +11,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from loadwatcher.config import files
 from loadwatcher.config.catalogue import Catalogue, installed
+from loadwatcher.config.files import require_file
 from loadwatcher.config.settings import Settings
 from loadwatcher.errors import ConfigError
 
@@ -186,16 +188,22 @@ def _check(settings: Settings, cat: Catalogue) -> None:
     if provider.token_file:
         require_file("provider.token_file", provider.token_file)
     if provider.ca_file:
-        require_file("provider.ca_file", provider.ca_file)
+        files.require_ca_bundle("provider.ca_file", provider.ca_file)
     server = settings.server
-    if server.auth_token_file:
-        require_file("server.auth_token_file", server.auth_token_file)
     if bool(server.tls_cert_file) != bool(server.tls_key_file):
         raise ConfigError("server.tls_key_file", "set both TLS files, or neither")
     for key in ("tls_cert_file", "tls_key_file"):
         path = getattr(server, key)
         if path:
             require_file(f"server.{key}", path)
+    if server.tls_cert_file and server.tls_key_file:
+        files.require_tls_pair("server.tls_cert_file", server.tls_cert_file, server.tls_key_file)
+    for spec in cat.specs:  # the files a setting names, checked as serve will use them
+        if spec.check is not None:
+            head, name = spec.key.split(".", 1)
+            value = getattr(getattr(settings, head), name)
+            if value:
+                spec.check(spec.key, value)
     if settings.journal.retention_s < 900:
         raise ConfigError("journal.retention_s", "must be at least 900 (the 15m window)")
     corroborating = settings.corroborate
@@ -205,21 +213,6 @@ def _check(settings: Settings, cat: Catalogue) -> None:
     if chosen is not None and chosen.check is not None:
         section = chosen.section
         chosen.check(settings.sections[section.name] if section is not None else None)
-
-
-def _shown(path: str) -> str:
-    return path if len(path) <= 200 else path[:200] + "..."
-
-
-def require_file(setting: str, path: str, note: str = "") -> None:
-    """The setting must name an existing file; paths the OS refuses are reported too."""
-    try:
-        found = Path(path).is_file()
-    except (OSError, ValueError) as exc:  # "File name too long", an embedded NUL byte
-        reason = getattr(exc, "strerror", None) or str(exc)
-        raise ConfigError(setting, f"unusable path ({reason}): {_shown(path)}{note}") from None
-    if not found:
-        raise ConfigError(setting, f"no such file: {_shown(path)}{note}")
 
 
 def load(
@@ -236,9 +229,9 @@ def load(
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             reason = exc.strerror or str(exc)
-            raise ConfigError("--config", f"cannot read {_shown(path)}: {reason}") from exc
+            raise ConfigError("--config", f"cannot read {files.shown(path)}: {reason}") from exc
         except ValueError as exc:  # not UTF-8 text, or a NUL byte in the path
-            raise ConfigError("--config", f"cannot read {_shown(path)}: {exc}") from exc
+            raise ConfigError("--config", f"cannot read {files.shown(path)}: {exc}") from exc
     return resolve(text, env, flags, yaml_source=path or "config", catalogue=catalogue)
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from loadwatcher.config import files
 from loadwatcher.config import parsers as parse
 from loadwatcher.config.parsers import ProviderNames
 from loadwatcher.config.settings import (
@@ -40,6 +41,9 @@ class Spec:
     env: tuple[str, ...] = ()
     flag: str | None = None
     secret: bool = False
+    # Checks the file a set value names, as the service will use it (``files``): called
+    # with the key and the value; raises ConfigError.
+    check: Callable[[str, Any], None] | None = None
 
     @property
     def env_name(self) -> str:
@@ -83,6 +87,7 @@ SERVER = Section(
             None,
             "file of bearer tokens (one per line) the API requires; re-read when it changes; "
             "/healthz and /readyz stay open",
+            check=files.require_tokens,
         ),
         Spec("server.auth_metrics", parse.boolean, False, "also require a token for /metrics"),
         Spec(

@@ -10,7 +10,10 @@ Building reads each node's metrics in wire order exactly as the Go plugins do:
 - Everything else: the last value per (type, operator, rollup), with a presence mask.
 
 Quality per node: ``missing`` (no metrics), ``stale`` (tagged so, or newest sample older than
-``stale_after_s``), otherwise the watcher's tag or ``ok``.
+``stale_after_s``), otherwise the watcher's tag when it is one the watcher defines
+(``QUALITIES``), else ``unknown``: a node without a tag (the Go load-watcher sends none, a
+journal restored by an older loadwatcher may not) or with a tag this client does not know
+is never taken for ``ok``.
 """
 
 from __future__ import annotations
@@ -27,9 +30,20 @@ from loadwatcher.quantity import Quantity
 from loadwatcher.scoring.nodes import NodeInput
 from loadwatcher.scoring.pods import Pod
 
-__all__ = ["Cluster", "ResourceData", "build_cluster", "resource_data"]
+__all__ = [
+    "QUALITIES",
+    "UNKNOWN",
+    "Cluster",
+    "ResourceData",
+    "build_cluster",
+    "node_quality",
+    "resource_data",
+]
 
 STALE_AFTER_S = 300.0  # the KEP: "the latest available utilization window (not older than 5 min)"
+# The tags a loadwatcher puts in ``tags.quality`` (its analyzer's states).
+QUALITIES = frozenset({"ok", "disagrees", "low_coverage", "frozen", "stale", "missing"})
+UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True)
@@ -118,13 +132,14 @@ def _units(q: Quantity | None, milli: bool) -> int:
     return q.milli_value() if milli else q.value()
 
 
-def _quality(node: NodeInput, has_metrics: bool, now: float, stale_after_s: float) -> str:
+def node_quality(node: NodeInput, now: float, stale_after_s: float = STALE_AFTER_S) -> str:
+    """The node's quality as the scoring reads it (see the module docstring)."""
     tag, last = node.quality, node.last_sample
-    if not has_metrics:
+    if not node.metrics:
         return "missing"
     if tag == "stale" or (last is not None and now - last > stale_after_s):
         return "stale"
-    return tag or "ok"
+    return tag if tag in QUALITIES else UNKNOWN
 
 
 def build_cluster(
@@ -182,7 +197,7 @@ def build_cluster(
             column[i] = m.value
         for kind, (avg, std, valid) in stats.items():
             avg[i], std[i], valid[i] = resource_data(metrics, kind)
-        quality.append(_quality(node, bool(metrics), now, stale_after_s))
+        quality.append(node_quality(node, now, stale_after_s))
     values: dict[tuple[str, str, str], tuple[FloatArray, BoolArray]] = {}
     for key, column in found.items():
         v, p = np.zeros(n), np.zeros(n, dtype=np.bool_)

@@ -12,8 +12,8 @@ plus overhead)::
 
 A node with no allocatable CPU or memory at all scores 0. Used by the command line, for
 the plugins whose registration allows it (TargetLoadPacking, LoadVariationRiskBalancing and
-LowRiskOverCommitment), on nodes whose quality is ``stale`` or ``missing``, unless
-``--upstream-exact`` is given.
+LowRiskOverCommitment), on nodes whose quality is ``stale``, ``missing`` or ``unknown`` (no
+quality tag, or one this client does not know), unless ``--upstream-exact`` is given.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from loadwatcher.scoring.gomath import go_round, go_round_np
 from loadwatcher.scoring.pods import Resources
 
 NAME = "Fallback"
-NEEDS_FALLBACK = frozenset({"stale", "missing"})
+NEEDS_FALLBACK = frozenset({"stale", "missing", "unknown"})
 
 
 def allocation_score(requested: Resources, alloc_cpu_milli: int, alloc_mem: int) -> int:
@@ -64,5 +64,5 @@ def score_batch(cluster: Cluster, pod_request: Resources) -> BatchScores:
 
 
 def needs_fallback(cluster: Cluster) -> np.ndarray:
-    """Rows whose metrics are stale or missing."""
+    """Rows whose metrics are stale, missing or of unknown quality."""
     return np.array([q in NEEDS_FALLBACK for q in cluster.quality], dtype=np.bool_)

@@ -14,7 +14,14 @@ from typing import Any
 
 import yaml
 
-from loadwatcher.client import NodeMetrics, Snapshot, check_age, fetch_snapshot, load_snapshot
+from loadwatcher.client import (
+    InvalidSnapshotError,
+    NodeMetrics,
+    Snapshot,
+    check_age,
+    fetch_snapshot,
+    load_snapshot,
+)
 from loadwatcher.scoring import kube, registry
 from loadwatcher.scoring.nodes import NodeInput, parse_nodes
 from loadwatcher.scoring.pods import Pod, parse_pod
@@ -133,8 +140,13 @@ def read_snapshot(
     max_age_s: float | None,
     timeout_s: float,
     retries: int,
+    token: str | None = None,
+    token_file: str | None = None,
+    ca_file: str | None = None,
 ) -> Snapshot:
-    """A snapshot from a watcher URL (fetched, age-checked) or a saved document."""
+    """A snapshot from a watcher URL (fetched, age-checked) or a saved document.
+
+    ``token``/``token_file`` and ``ca_file`` reach a protected or HTTPS watcher."""
     if source.startswith(("http://", "https://")):
         return fetch_snapshot(
             source,
@@ -144,8 +156,14 @@ def read_snapshot(
             timeout_s=timeout_s,
             retries=retries,
             clock=lambda: now,
+            token=token,
+            token_file=token_file,
+            ca_file=ca_file,
         )
-    snapshot = load_snapshot(_read_bytes(source))
+    try:
+        snapshot = load_snapshot(_read_bytes(source))
+    except InvalidSnapshotError as exc:
+        raise InvalidSnapshotError(f"{_label(source)}: {exc}") from None
     if max_age_s is not None:
         check_age(snapshot, now, max_age_s)
     return snapshot

@@ -456,12 +456,19 @@ def config_text(objs: list[dict[str, Any]]) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_config_is_a_valid_loadwatcher_config_for_the_overlay(target: str, rendered) -> None:
+def test_config_is_a_valid_loadwatcher_config_for_the_overlay(
+    target: str, rendered, tmp_path: Path
+) -> None:
     objs = rendered[target]
     path, text = config_text(objs)
     args = cli.build_parser().parse_args(container(objs)["args"])
     assert args.command == "serve" and args.config == path
     env = {e["name"]: "x" for e in container(objs).get("env", []) if "valueFrom" in e}
+    # The push writers' token file is a mounted Secret in the pod; here, a stand-in with a
+    # token (the service checks it exists and holds one).
+    tokens = tmp_path / "push-tokens"
+    tokens.write_text("a-writer-token\n")
+    env["LOADWATCHER_PUSH_TOKEN_FILE"] = str(tokens)
     parsed = config.resolve(text, env)
     overlay = target.removeprefix("overlays/")
     assert parsed.provider.name == OVERLAYS.get(overlay, "host")

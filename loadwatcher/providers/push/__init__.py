@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from loadwatcher.config import Section, Settings, Spec
 from loadwatcher.config import parsers as parse
+from loadwatcher.config.files import require_tokens
 from loadwatcher.model import Resource
 from loadwatcher.providers.base import Provider
 from loadwatcher.providers.registry import Declaration
@@ -63,6 +64,7 @@ SECTION = Section(
             None,
             "file of bearer tokens (one per line) writers must send; separate from the "
             "readers' server.auth_token_file; unset: writes are open",
+            check=require_tokens,
         ),
         Spec(
             "push.publish_interval_s",

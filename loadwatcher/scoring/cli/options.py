@@ -13,7 +13,8 @@ from typing import Any, TypeVar
 
 import orjson
 
-from loadwatcher.client import InvalidSnapshotError, Snapshot
+from loadwatcher.client import TOKEN_ENV, InvalidSnapshotError, Snapshot, access
+from loadwatcher.commandline import reader_gone
 from loadwatcher.config import parsers
 from loadwatcher.errors import ClientError
 from loadwatcher.scoring import inputs
@@ -49,7 +50,11 @@ def guarded(command: str, fn: Handler) -> Handler:
     def run(args: argparse.Namespace) -> int:
         logging.getLogger("kubernetes_asyncio").addHandler(_LIBRARY_LOGS)  # idempotent
         try:
-            return fn(args)
+            code = fn(args)
+            sys.stdout.flush()  # here, not at exit: a closed pipe is seen while handled
+            return code
+        except BrokenPipeError:
+            return reader_gone()
         except (ValueError, InvalidSnapshotError) as exc:
             code, message = 2, str(exc)
         except ClientError as exc:
@@ -127,6 +132,19 @@ def add_common(p: argparse.ArgumentParser) -> None:
         f"(default: {DEFAULT_URL_MAX_AGE_S:g} s for URLs, unchecked for files)",
     )
     p.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="file whose first line is the bearer token of a protected watcher "
+        f"(server.auth_token_file); without it, the environment variable {TOKEN_ENV} "
+        "(default: no token)",
+    )
+    p.add_argument(
+        "--ca-file",
+        metavar="FILE",
+        help="CA bundle (PEM) that signed an https:// watcher's certificate "
+        "(default: the system's CAs)",
+    )
+    p.add_argument(
         "--timeout",
         type=POSITIVE_SECONDS,
         default=10.0,
@@ -161,26 +179,23 @@ def candidates(
         args.max_age if args.max_age is not None else (DEFAULT_URL_MAX_AGE_S if is_url else None)
     )
     known = inputs.read_nodes(args.nodes, args.kubeconfig, args.context, now, args.timeout)
-    snapshot = inputs.read_snapshot(
-        args.watcher,
-        now=now,
-        window=args.window,
-        fmt=args.fmt,
-        max_age_s=max_age,
-        timeout_s=args.timeout,
-        retries=args.retries,
-    )
+    reach: dict[str, Any] = {
+        "fmt": args.fmt,
+        "max_age_s": max_age,
+        "timeout_s": args.timeout,
+        "retries": args.retries,
+        # The flag wins over the environment; neither is ever shown (not in --help either).
+        "token_file": args.token_file,
+        "token": None if args.token_file else os.environ.get(TOKEN_ENV),
+        "ca_file": args.ca_file,
+    }
+    if is_url:  # once, not per window: a bad file is one message, a good one read once
+        reach["token"] = access.resolve_token(reach["token"], reach.pop("token_file"))
+        access.ssl_context(args.ca_file)
+    snapshot = inputs.read_snapshot(args.watcher, now=now, window=args.window, **reach)
     if is_url and windows:  # plugins that read other rollup windows (LoadAware: 5m)
         extra = [
-            inputs.read_snapshot(
-                args.watcher,
-                now=now,
-                window=w,
-                fmt=args.fmt,
-                max_age_s=max_age,
-                timeout_s=args.timeout,
-                retries=args.retries,
-            )
+            inputs.read_snapshot(args.watcher, now=now, window=w, **reach)
             for w in sorted(windows - {snapshot.duration})
         ]
         snapshot = inputs.with_windows(snapshot, extra)

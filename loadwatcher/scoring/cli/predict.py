@@ -9,12 +9,14 @@ from dataclasses import asdict
 from loadwatcher.scoring.cli import table
 from loadwatcher.scoring.cli.options import (
     NUMBER,
+    SECONDS,
     add_common,
     candidates,
     guarded,
     print_json,
     report_skipped,
 )
+from loadwatcher.scoring.cluster import STALE_AFTER_S, node_quality
 from loadwatcher.scoring.predict import PredictOptions, predict
 
 __all__ = ["add_parser", "run_predict"]
@@ -64,6 +66,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="RATIO",
         help="cap of the reclaimable amount as a share of allocatable (default: %(default)g)",
     )
+    pred.add_argument(
+        "--stale-after",
+        type=SECONDS,
+        default=STALE_AFTER_S,
+        metavar="SECONDS",
+        help="metrics older than this are stale (default: %(default)g)",
+    )
     add_common(pred)
     pred.set_defaults(func=guarded("predict", run_predict))
 
@@ -81,15 +90,17 @@ def run_predict(args: argparse.Namespace) -> int:
         args.window,
     )
     predictions = predict(nodes, options)
+    # A peak from stale metrics or from a node of unknown quality is shown, and said so.
+    quality = {n.name: node_quality(n, now, args.stale_after) for n in nodes}
     if args.json:
         print_json(
             {
                 "options": asdict(options),
-                "predictions": [asdict(p) for p in predictions],
+                "predictions": [{**asdict(p), "quality": quality[p.node]} for p in predictions],
                 "skipped": skipped,
             }
         )
         return 0
-    table.print_predictions(predictions, args.percentile)
+    table.print_predictions(predictions, args.percentile, quality)
     report_skipped(skipped)
     return 0

@@ -4,7 +4,7 @@ of ``score --help``."""
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from loadwatcher.scoring import registry
@@ -57,8 +57,11 @@ def _values(p: Prediction) -> list[float | None]:
     ]
 
 
-def print_predictions(predictions: Sequence[Prediction], percentile: str) -> None:
-    """``predict``'s table: one row per node and resource, CPU in m and memory in Mi."""
+def print_predictions(
+    predictions: Sequence[Prediction], percentile: str, quality: Mapping[str, str]
+) -> None:
+    """``predict``'s table: one row per node and resource, CPU in m and memory in Mi, and
+    the node's quality (as ``score`` reads it)."""
     head = [
         "NODE",
         "RESOURCE",
@@ -68,10 +71,14 @@ def print_predictions(predictions: Sequence[Prediction], percentile: str) -> Non
         "PEAK",
         "PROD ALLOCATED",
         "RECLAIMABLE",
+        "QUALITY",
     ]
     print_columns(
         [head]
-        + [[p.node, p.resource, *(_fmt(p.resource, v) for v in _values(p))] for p in predictions]
+        + [
+            [p.node, p.resource, *(_fmt(p.resource, v) for v in _values(p)), quality[p.node]]
+            for p in predictions
+        ]
     )
 
 

@@ -219,7 +219,7 @@ def test_predict(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> 
         ("pod_garbage_quantity", "invalid quantity 'lots'"),
         ("pod_bad_yaml", "is not valid YAML/JSON"),
         ("bad_watcher_json", "not valid JSON"),
-        ("watcher_schema", "invalid watcher document"),
+        ("watcher_schema", "not a /watcher document: it has no window, data"),
         ("nodes_bad", "capacity.cpu: invalid quantity"),
         ("unknown_plugin", "unknown plugin"),
         ("missing_file", "cannot read"),
@@ -420,7 +420,7 @@ def test_loadaware_reads_the_5m_window_from_a_url(tmp_path: Path) -> None:
                                     "value": cpu,
                                 }
                             ],
-                            "tags": {"lastSample": NOW},
+                            "tags": {"quality": "ok", "lastSample": NOW},
                             "metadata": {"capacity.cpu": "10", "capacity.memory": "10Gi"},
                         }
                     }

@@ -116,7 +116,8 @@ def test_quality() -> None:
     ms = metrics(("CPU", "AVG", 5))
     c = build_cluster(
         [
-            node("ok", metric_list=ms, tags={"lastSample": 950}),
+            node("ok", metric_list=ms, tags={"quality": "ok", "lastSample": 950}),
+            node("untagged", metric_list=ms, tags={"lastSample": 950}),
             node("old", metric_list=ms, tags={"lastSample": 600}),
             node("tagged", metric_list=ms, tags={"quality": "stale"}),
             node("frozen", metric_list=ms, tags={"quality": "frozen"}),
@@ -124,4 +125,4 @@ def test_quality() -> None:
         ],
         now=1000,
     )
-    assert c.quality == ("ok", "stale", "stale", "frozen", "missing")
+    assert c.quality == ("ok", "unknown", "stale", "stale", "frozen", "missing")
