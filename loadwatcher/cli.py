@@ -14,7 +14,7 @@ from typing import Any
 
 from loadwatcher import __version__, allocator, config
 from loadwatcher.commandline import parse_args, reader_gone
-from loadwatcher.errors import ConfigError
+from loadwatcher.errors import ConfigError, StartError
 from loadwatcher.providers import registry
 
 log = logging.getLogger("loadwatcher")
@@ -114,6 +114,9 @@ def _serve(args: argparse.Namespace) -> int:
     except ssl.SSLError as exc:
         print(f"loadwatcher: bad configuration: server.tls_cert_file: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except StartError as exc:
+        print(f"loadwatcher: cannot start: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(
             f"loadwatcher: cannot listen on {settings.server.host}:{settings.server.port}: "

@@ -4,7 +4,8 @@
     ├── ConfigError            bad setting; names the setting
     ├── ProviderError          a backend fetch failed (kind tells how)
     ├── JournalError           the SQLite journal cannot be read or written
-    └── ClientError            the bundled client could not get a usable snapshot
+    ├── ClientError            the bundled client could not get a usable snapshot
+    └── StartError             the service cannot start on this installation
 
 Errors from aiohttp, aiosqlite and provider payloads are translated into these at the
 boundary (``raise ... from exc``) so callers never see a library's exception.
@@ -79,3 +80,7 @@ class JournalError(LoadwatcherError):
 
 class ClientError(LoadwatcherError):
     """The bundled client could not fetch or accept a /watcher snapshot."""
+
+
+class StartError(LoadwatcherError):
+    """The service cannot start on this installation (a library lacks what it relies on)."""

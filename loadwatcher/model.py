@@ -177,7 +177,11 @@ class FetchResult:
     ``errors``: queries that failed; the others' samples are still in ``series``/``batches``.
     ``known_nodes``: nodes the backend knows (node list), with or without samples.
     ``node_info``: per node, extra facts for the wire ``metadata`` (capacity, allocatable).
-    ``notices``: human advice for /watcher/health, e.g. missing recording rules.
+    ``notices``: human advice for /watcher/health, e.g. missing recording rules: reasons
+    that make the service unhealthy.
+    ``notes``: information for /watcher/health that is no reason (a documented fallback in use).
+    ``names``: per resource, the expression that produced the values, where it is not the
+    configured one (the wire ``name``).
     ``batches``: more raw samples like ``series``, many series per batch (bulk parsers).
     """
 
@@ -187,6 +191,8 @@ class FetchResult:
     node_info: dict[str, dict[str, str]] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
     batches: list[SeriesBatch] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    names: dict[Resource, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

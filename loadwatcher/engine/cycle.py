@@ -107,6 +107,7 @@ class Engine:
         self.journal = journal
         self.options = options
         self.metric_names = metric_names
+        self._configured_names = dict(metric_names)
         self.clock = clock
         self.store = SampleStore()
         self.current: Published | None = None
@@ -200,6 +201,9 @@ class Engine:
         status.last_success_at = now
         status.partial_errors = [str(e) for e in result.errors]
         status.notices = list(result.notices)
+        status.notes = list(result.notes)
+        # The wire name is the expression that produced the values (a fallback's, say).
+        self.metric_names = {**self._configured_names, **result.names}
         for err in result.errors:
             self.metrics.provider_errors.labels(str(err.kind)).inc()
         # A worker thread: a cold start merges every sample of the retention.

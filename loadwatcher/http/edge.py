@@ -8,34 +8,42 @@ answers what its HTTP parser rejects with plain text that echoes the raw request
 
 - a connection whose request headers are not complete ``header_timeout_s`` after it opened
   (after its TLS handshake, itself bounded by the same time) is closed;
-- beyond ``max_connections`` open connections, a new one is closed as it arrives, with one
-  log line per burst of refusals;
+- beyond ``max_connections`` open connections (fewer where the descriptor limit cannot hold
+  them: ``descriptors.connection_room``), a new one is closed as it arrives, with one log
+  line per burst of refusals;
 - the parser's errors are the API's JSON error (``JsonErrorHandler``), echoing nothing.
 
 Later requests on a kept-alive connection are bounded by aiohttp's keep-alive timer
 (``keepalive_timeout_s``): it closes a connection that has not sent a complete request
 that long after its last response.
+
+The guard drives aiohttp's ``RequestHandler`` as a protocol of its own, beyond aiohttp's
+documented API; ``aiohttp_mismatch`` checks that shape when the site starts, and a
+mismatch stops the start with a ``StartError`` naming it: without the guard, connections
+would be bounded by nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import inspect
 import logging
 import re
 import ssl
-import time
 from dataclasses import dataclass
-from typing import Any
 
+import aiohttp
 import orjson
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_exceptions import BadHttpMethod, HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 
-log = logging.getLogger("loadwatcher.edge")
+from loadwatcher.errors import StartError
+from loadwatcher.http import descriptors
 
-# A refusal this long after the last logged one starts a new burst (and a new log line).
-BURST_QUIET_S = 60.0
+log = logging.getLogger("loadwatcher.edge")
 # The end of a header block: an empty line, with or without its carriage return.
 _HEADERS_END = re.compile(rb"\n\r?\n")
 
@@ -106,21 +114,47 @@ class HeadersWatch:
         return False
 
 
-class Refusals:
-    """Counts refused connections; says when a refusal starts a new burst worth a log line."""
+# What the guard relies on in aiohttp beyond its documented API: ``RequestHandler`` built
+# with these keywords and driven as an ``asyncio.Protocol`` through these methods, its
+# ``handle_error`` overridden with this signature (reading the writer's ``output_size``),
+# and a ``BaseSite`` whose ``stop`` closes the server the site stores in ``_server``.
+_HANDLER_KEYWORDS = ("manager", "loop", "keepalive_timeout", "access_log")
+_PROTOCOL_METHODS = (
+    "connection_made",
+    "data_received",
+    "eof_received",
+    "pause_writing",
+    "resume_writing",
+    "connection_lost",
+    "log_exception",
+)
+_HANDLE_ERROR = ("self", "request", "status", "exc", "message")
 
-    def __init__(self, clock: Any = time.monotonic) -> None:
-        self._clock = clock
-        self._logged_at: float | None = None
-        self.unlogged = 0
 
-    def refused(self) -> bool:
-        now = self._clock()
-        if self._logged_at is None or now - self._logged_at >= BURST_QUIET_S:
-            self._logged_at = now
-            return True
-        self.unlogged += 1
-        return False
+def aiohttp_mismatch() -> str | None:
+    """What the guard relies on that the installed aiohttp lacks (None: nothing)."""
+    found = inspect.signature(RequestHandler.__init__).parameters
+    missing = [name for name in _HANDLER_KEYWORDS if name not in found]
+    if missing:
+        return f"RequestHandler() takes no {', '.join(missing)}"
+    for name in _PROTOCOL_METHODS:
+        # aiohttp's own: asyncio.Protocol's defaults would swallow what the guard forwards.
+        owner = next((k for k in RequestHandler.__mro__ if name in vars(k)), None)
+        method = vars(owner).get(name) if owner is not None else None
+        if owner is None or not owner.__module__.startswith("aiohttp."):
+            return f"RequestHandler has no {name} of its own"
+        if not inspect.isfunction(method) or inspect.iscoroutinefunction(method):
+            return f"RequestHandler.{name} is not a plain method"
+    params = tuple(inspect.signature(RequestHandler.handle_error).parameters)
+    if params != _HANDLE_ERROR:
+        return f"RequestHandler.handle_error takes ({', '.join(params)})"
+    if not isinstance(inspect.getattr_static(AbstractStreamWriter, "output_size", None), int):
+        return "the stream writer has no output_size"
+    if "_server" not in getattr(web.BaseSite, "__slots__", ()):
+        return "BaseSite keeps no _server"
+    if not isinstance(inspect.getattr_static(web.BaseRunner, "server", None), property):
+        return "BaseRunner.server is not a property"
+    return None
 
 
 class Guard:
@@ -130,7 +164,7 @@ class Guard:
         self.server = server
         self.limits = limits
         self.open = 0
-        self.refusals = Refusals()
+        self.refusals = descriptors.Refusals()
 
     def __call__(self) -> GuardedConnection:
         return GuardedConnection(self)
@@ -148,12 +182,10 @@ class Guard:
 
     def refuse(self) -> None:
         if self.refusals.refused():
-            more = self.refusals.unlogged
-            self.refusals.unlogged = 0
             log.warning(
                 "refusing new connections: %d open (server.max_connections)%s",
                 self.open,
-                f"; {more} more refused since the last such line" if more else "",
+                self.refusals.take_unlogged(),
             )
 
 
@@ -245,8 +277,19 @@ class GuardedSite(web.BaseSite):
         return f"{'https' if self._tls else 'http'}://{self._host}:{self.port}"
 
     async def start(self) -> None:
+        mismatch = aiohttp_mismatch()
+        if mismatch is not None:
+            raise StartError(
+                f"aiohttp {aiohttp.__version__} is not shaped as the connection guard "
+                f"(http/edge.py) expects: {mismatch}; install an aiohttp the project "
+                "supports (pyproject.toml)"
+            )
+        limits = self.guard.limits
+        room = descriptors.connection_room(limits.max_connections)
+        self.guard.limits = dataclasses.replace(limits, max_connections=room)
         await super().start()
         loop = asyncio.get_running_loop()
+        descriptors.quiet_accept_failures(loop)
         listening = await loop.create_server(
             self.guard,
             self._host,

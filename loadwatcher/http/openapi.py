@@ -46,6 +46,7 @@ _HEALTH = {
         "reasons": {"type": "array", "items": {"type": "string"}},
         "serviceReasons": {"type": "array", "items": {"type": "string"}},
         "nodeReasons": {"type": "array", "items": {"type": "string"}},
+        "notes": {"type": "array", "items": {"type": "string"}},
         "badNodes": {"type": "object"},
         "provider": {"type": "object"},
         "journal": {"type": "object"},

@@ -4,10 +4,17 @@ A published body is served many times per snapshot, always with the same status 
 headers but the ``Date``; aiohttp's ``web.Response`` builds and serialises them again for
 every request and joins them with the body into a new buffer. Here each encoding of a body
 keeps its head bytes; once per second the head with the current ``Date`` and the body are
-joined, as bytes and as an anonymous memory file, and a response is one ``os.sendfile`` of
-that file (the kernel sends its pages without copying them, as nginx does), whatever the
-socket did not take written through the transport. ``benchmarks/fastpaths.py`` measures it
-against ``web.Response`` (benchmarks/RESULTS.md).
+joined, as bytes and, for a large body, as an anonymous memory file, and a response is one
+``os.sendfile`` of that file (the kernel sends its pages without copying them, as nginx
+does), whatever the socket did not take written through the transport.
+``benchmarks/fastpaths.py`` measures it against ``web.Response`` (benchmarks/RESULTS.md).
+
+Memory files are file descriptors, so they are bounded: only bodies of at least
+``MIN_SPOOL_BYTES`` get one (whole-cluster bodies: a few windows, formats and encodings per
+snapshot; one node's body is written through the transport), and at most ``MAX_SPOOLS``
+are open at once (further responses are written through the transport). A memory file that
+cannot be made for want of descriptors or memory is one log line per burst
+(``descriptors.shortage``), and the next second's response tries again.
 
 ``PreparedResponse`` is the aiohttp side: a ``StreamResponse`` whose ``prepare`` writes those
 bytes to the transport. It answers HTTP/1.1 keep-alive requests, and only while aiohttp
@@ -19,6 +26,7 @@ none.
 from __future__ import annotations
 
 import asyncio
+import errno
 import importlib
 import inspect
 import io
@@ -34,6 +42,8 @@ from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http import SERVER_SOFTWARE
 
+from loadwatcher.http import descriptors
+
 if TYPE_CHECKING:
     from loadwatcher.engine.published import Body
 
@@ -43,6 +53,13 @@ CONTENT_TYPE = "application/json"
 # A complete response (head + body) is cached per second up to this size; bigger bodies
 # (plain JSON at thousands of nodes) are written after their head without the extra copy.
 MAX_JOINED_BYTES = 4 << 20
+# Smaller bodies are written through the transport: for them sendfile saves less than making
+# their memory file each second costs (benchmarks/RESULTS.md), and the variants asked for
+# one node at a time, the many and rare ones, never hold a descriptor.
+MIN_SPOOL_BYTES = 1 << 16
+# Memory files open at once: room for every large variant (3 windows x 2 formats x 2
+# encodings) of two snapshots, the current one and the one whose responses are in flight.
+MAX_SPOOLS = 32
 
 # -- Date -----------------------------------------------------------------------------------
 
@@ -97,7 +114,9 @@ class EncodedBody:
             return PreparedResponse(200, self.head_200 + date_lines(second), self.payload)
         if self._joined[0] != second:
             data = self.head_200 + date_lines(second) + self.payload
-            self._joined = (second, data, _spool(data))
+            self._joined = (second, data, None)  # the old file closes once nothing sends it
+            if len(self.payload) >= MIN_SPOOL_BYTES:
+                self._joined = (second, data, _spool(data))
         return PreparedResponse(200, self._joined[1], spool=self._joined[2])
 
 
@@ -253,34 +272,67 @@ class PreparedResponse(web.StreamResponse):
 
 # -- sendfile -------------------------------------------------------------------------------
 
-# Off where the platform lacks memfd/sendfile, and for good after a memfd fails (a sandbox
-# that forbids it, a full tmpfs): responses are then written through the transport.
+# Off where the platform lacks memfd/sendfile, and for good after a memfd is refused for
+# good (a sandbox that forbids it): responses are then written through the transport.
 _spooling = hasattr(os, "memfd_create") and hasattr(os, "sendfile")
+# Failures that pass: a descriptor, memory or tmpfs space may be free a second later.
+_SHORTAGES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOSPC})
+_open_spools = 0
+
+
+def open_spools() -> int:
+    """Memory files open now (each one a file descriptor)."""
+    return _open_spools
+
+
+def _closed(_: object = None) -> None:
+    global _open_spools
+    _open_spools -= 1
 
 
 def _spool(data: bytes) -> io.FileIO | None:
-    """``data`` in an anonymous memory file, for ``os.sendfile`` (None where there is none).
+    """``data`` in an anonymous memory file, for ``os.sendfile`` (None: write it instead).
 
     A new file per second and encoding, never rewritten: the kernel may still be sending
-    the pages of an older one. It closes when the last response holding it is gone.
+    the pages of an older one. It closes when the last response holding it is gone. None
+    while ``MAX_SPOOLS`` are open, or when the file cannot be made.
     """
-    global _spooling
-    if not _spooling:
+    global _spooling, _open_spools
+    if not _spooling or _open_spools >= MAX_SPOOLS:
         return None
+    fd = -1
     try:
-        spool = io.FileIO(os.memfd_create("loadwatcher-body", os.MFD_CLOEXEC), "r+")
+        fd = os.memfd_create("loadwatcher-body", os.MFD_CLOEXEC)
+        spool = io.FileIO(fd, "r+")
+    except OSError as exc:
+        if fd >= 0:
+            os.close(fd)
+        _refused(exc)
+        return None
+    _open_spools += 1
+    weakref.finalize(spool, _closed)
+    try:
         written = 0
         with memoryview(data) as view:
             while written < len(data):
                 step = spool.write(view[written:])
                 if not step:
-                    raise OSError("memory file took no bytes")
+                    raise OSError(errno.ENOSPC, "memory file took no bytes")
                 written += step
     except OSError as exc:
-        _spooling = False
-        log.warning("responses are written without sendfile: %s", exc)
+        spool.close()
+        _refused(exc)
         return None
     return spool
+
+
+def _refused(exc: OSError) -> None:
+    global _spooling
+    if exc.errno in _SHORTAGES:
+        descriptors.shortage("responses are written without sendfile until it passes", exc)
+    else:
+        _spooling = False
+        log.warning("responses are written without sendfile: %s", exc)
 
 
 def _sendfile(transport: asyncio.Transport, spool: io.FileIO, size: int) -> int:
@@ -294,7 +346,7 @@ def _sendfile(transport: asyncio.Transport, spool: io.FileIO, size: int) -> int:
     if transport.get_write_buffer_size() or transport.get_extra_info("sslcontext") is not None:
         return 0
     sock = transport.get_extra_info("socket")
-    if sock is None:
+    if sock is None or spool.closed:
         return 0
     try:
         return os.sendfile(sock.fileno(), spool.fileno(), 0, size)

@@ -22,6 +22,8 @@ class ProviderStatus:
     polling: bool = False
     partial_errors: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
+    # Information that is no reason (a documented fallback in use): shown, never unhealthy.
+    notes: list[str] = field(default_factory=list)
     # While the provider asked for a back-off (Retry-After), when the next poll may start.
     backoff_until: float | None = None
 
@@ -149,6 +151,7 @@ def evaluate(
         "reasons": service + node,
         "serviceReasons": service,
         "nodeReasons": node,
+        "notes": list(provider.notes),
         "badNodes": {
             "count": bad,
             "of": of,

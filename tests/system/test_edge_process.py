@@ -85,3 +85,25 @@ def test_garbage_gets_a_json_400_that_echoes_nothing(service) -> None:
     assert json.loads(body)["error"] == "bad_request"
     assert b"GARBAGE" not in data and b"<x>" not in data
     assert "GARBAGE" not in log.read_text()
+
+
+def test_an_aiohttp_the_guard_does_not_fit_stops_the_start_with_one_line(tmp_path: Path) -> None:
+    """The guard drives aiohttp's connection handler beyond its documented API: when that
+    changes shape, ``serve`` exits 1 naming the change (no traceback, nothing listening)."""
+    reshape = (
+        "import sys\n"
+        "from aiohttp.web_protocol import RequestHandler\n"
+        "del RequestHandler.data_received\n"  # asyncio.Protocol's no-op would take its place
+        "from loadwatcher.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOADWATCHER_", "METRICS_"))}
+    port = free_port()
+    argv = serve_argv(port, tmp_path / "lw.db", 1)
+    done = subprocess.run(
+        [argv[0], "-c", reshape, *argv[3:]], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("loadwatcher: cannot start: aiohttp ") and "data_received" in last
+    assert "Traceback" not in done.stderr

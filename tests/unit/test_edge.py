@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import pytest
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.web_protocol import RequestHandler
 from hypothesis import given
 from hypothesis import strategies as st
 from service import settings
@@ -28,7 +30,8 @@ from tls import make_pki
 
 from loadwatcher import app
 from loadwatcher.engine import published
-from loadwatcher.http import api, edge
+from loadwatcher.errors import StartError
+from loadwatcher.http import api, descriptors, edge
 from loadwatcher.http.security import TlsReloader
 
 pytestmark = pytest.mark.unit
@@ -177,11 +180,11 @@ async def test_beyond_the_cap_new_connections_are_closed_and_service_recovers(
 
 def test_refusals_log_once_per_burst() -> None:
     now = [0.0]
-    refusals = edge.Refusals(clock=lambda: now[0])
+    refusals = descriptors.Refusals(clock=lambda: now[0])
     assert refusals.refused() is True
     assert [refusals.refused() for _ in range(5)] == [False] * 5
     assert refusals.unlogged == 5
-    now[0] = edge.BURST_QUIET_S + 1
+    now[0] = descriptors.BURST_QUIET_S + 1
     assert refusals.refused() is True
 
 
@@ -272,6 +275,61 @@ async def test_over_tls_a_silent_handshake_or_request_is_closed(tmp_path) -> Non
         assert await refused(reader)
         assert time.monotonic() - began < 2.5
         writer.close()
+    finally:
+        await runner.cleanup()
+        await engine.close()
+
+
+# -------------------------------------------------------------------------- aiohttp's shape
+
+
+def test_the_installed_aiohttp_has_the_shape_the_guard_relies_on() -> None:
+    assert edge.aiohttp_mismatch() is None
+
+
+def _reshape(change: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change of aiohttp's internals that aiohttp's own server would still work with."""
+    if change == "data_received removed":  # asyncio.Protocol's no-op default would remain
+        monkeypatch.delattr(RequestHandler, "data_received")
+    elif change == "handle_error reshaped":
+
+        def handle_error(self: RequestHandler, request: object, status: int = 500) -> None:
+            raise AssertionError("not called")
+
+        monkeypatch.setattr(RequestHandler, "handle_error", handle_error)
+    elif change == "keepalive_timeout renamed":
+        init = RequestHandler.__init__
+
+        def new_init(self: RequestHandler, manager: object, *, loop: object, **kw: object) -> None:
+            init(self, manager, loop=loop, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(RequestHandler, "__init__", new_init)
+    else:  # the writer's byte count gone
+        monkeypatch.delattr(AbstractStreamWriter, "output_size")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "data_received removed",
+        "handle_error reshaped",
+        "keepalive_timeout renamed",
+        "output_size removed",
+    ],
+)
+async def test_when_aiohttp_changes_shape_the_site_refuses_to_start(monkeypatch, change) -> None:
+    """Checked at start, before listening: a clear error naming the change, no port open."""
+    _reshape(change, monkeypatch)
+    assert edge.aiohttp_mismatch() is not None
+    engine = app.build_engine(settings({}))
+    runner = web.AppRunner(api.make_app(engine), access_log=None)
+    await runner.setup()
+    site = edge.GuardedSite(runner, "127.0.0.1", 0, edge.Limits(1.0, 1.0, 8))
+    try:
+        with pytest.raises(StartError, match="not shaped as the connection guard") as raised:
+            await site.start()
+        assert edge.aiohttp_mismatch() in str(raised.value)  # type: ignore[operator]
+        assert site._server is None  # nothing listens
     finally:
         await runner.cleanup()
         await engine.close()

@@ -282,7 +282,7 @@ async def test_pipelined_large_bodies_to_a_slow_reader_arrive_whole(
 
 
 def test_a_new_spool_each_second_and_old_ones_closed(monkeypatch) -> None:
-    encoded = prepared.EncodedBody(b"x" * 1000, '"e"', "gzip")
+    encoded = prepared.EncodedBody(b"x" * prepared.MIN_SPOOL_BYTES, '"e"', "gzip")
     # prepared.time is the module's own import of time (not exported): the clock it reads.
     monkeypatch.setattr(prepared.time, "time", lambda: 100.2)  # type: ignore[attr-defined]
     first = encoded.response(200, with_body=True)
@@ -329,9 +329,9 @@ async def test_keep_alive_over_tls_is_encrypted_not_sent_from_the_file(tmp_path)
         await engine.close()
 
 
-async def test_without_memory_files_responses_are_written_whole(served, monkeypatch) -> None:
+async def test_without_memory_files_responses_are_written_whole(large, monkeypatch) -> None:
     """A sandbox that forbids memfd: logged once, then the transport carries everything."""
-    client, _, body = served
+    client, body = large
 
     def refuse(*_: object) -> int:
         raise PermissionError(1, "Operation not permitted")

@@ -255,7 +255,10 @@ async def test_answers_are_asked_for_uncompressed(aiohttp_server) -> None:
     asked: list[str | None] = []
 
     async def answer(request: web.Request) -> web.Response:
-        asked.append(request.headers.get("Accept-Encoding"))
+        # The poll's range queries; an empty one is then explained with a few small queries
+        # (rules.Diagnosis), whose encoding does not matter.
+        if "[" in request.query.get("query", ""):
+            asked.append(request.headers.get("Accept-Encoding"))
         doc = {"status": "success", "data": {"resultType": "matrix", "result": []}}
         return web.Response(body=orjson.dumps(doc), content_type="application/json")
 

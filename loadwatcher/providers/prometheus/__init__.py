@@ -1,7 +1,8 @@
 """Prometheus and any PromQL engine (VictoriaMetrics, Thanos, Mimir): raw samples.
 
-This module declares the provider; ``provider.py`` implements it, ``answer.py``,
-``jsonbytes.py`` and ``decimals.py`` read a matrix answer from bytes.
+This module declares the provider; ``provider.py`` implements it, ``rules.py`` says why a
+recording rule's series is empty, ``answer.py``, ``jsonbytes.py`` and ``decimals.py`` read a
+matrix answer from bytes.
 """
 
 from __future__ import annotations

@@ -10,9 +10,12 @@ overlap for samples ingested late.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import orjson
@@ -28,6 +31,7 @@ from loadwatcher.model import (
 )
 from loadwatcher.providers.base import collect
 from loadwatcher.providers.http import HttpBackend, HttpSettings, RawAnswer
+from loadwatcher.providers.prometheus import rules
 from loadwatcher.providers.prometheus.answer import ParseMemo, Vector, parse_answer, parse_vector
 
 DEFAULT_QUERIES = {
@@ -50,6 +54,9 @@ _SELECTOR = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[^{}]*\})?$")
 # query (its labels). 256 s would shorten the cold cycle at 5,000 nodes from 1.09 to 0.90 s
 # and raise the peak from 127 to 133 MB.
 BACKFILL_SLICE_S = 128
+INSTALL_RULES = "Install the kube-prometheus node recording rules (deploy/ has a PrometheusRule)"
+# Why a query is empty is asked of Prometheus again after this long (a few small queries).
+EXPLAIN_EVERY_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,17 @@ def range_query(expr: str, seconds: int, step_s: float) -> str:
     return f"({expr})[{seconds}s:{max(1, round(step_s))}s]"
 
 
+@dataclass(frozen=True)
+class _Outcome:
+    """One query's fetch: its samples, a reason for health (unhealthy), a note (information
+    only) and, where another expression produced the samples, that expression."""
+
+    batches: list[SeriesBatch]
+    reason: str | None = None
+    note: str | None = None
+    name: str | None = None
+
+
 class PrometheusProvider:
     source = "Prometheus"
 
@@ -102,6 +120,7 @@ class PrometheusProvider:
         self.options = options
         self._memo = ParseMemo(options.node_label, options.strip_port)
         self._parsing = asyncio.Lock()
+        self._explained: dict[str, tuple[float, rules.Why]] = {}
 
     def _seconds(self, now: float, since: float | None) -> int:
         o = self.options
@@ -160,27 +179,53 @@ class PrometheusProvider:
             compressed=False,
         )
 
-    async def _fetch_one(self, q: Query, spans: list[Span]) -> tuple[list[SeriesBatch], str | None]:
+    async def _fetch_one(self, q: Query, spans: list[Span], now: float) -> _Outcome:
         batches = await self._query(q, q.expr, spans)
-        if any(b.keys for b in batches) or q.expr != DEFAULT_QUERIES.get(q.resource):
-            if not any(b.keys for b in batches):
-                return batches, (
-                    f"{q.resource} query {q.expr!r} returned no series with label "
-                    f"{self.options.node_label!r}"
-                )
-            return batches, None
-        advice = (
-            f"{q.resource} query {q.expr!r} returned nothing: the kube-prometheus node recording "
-            f"rules are not installed in this Prometheus. Install them (deploy/ has a "
-            f"PrometheusRule), set prometheus.{q.resource}_query to an expression that exists, "
-            f"or set prometheus.fallback_node_exporter=true"
-        )
+        if any(b.keys for b in batches):
+            return _Outcome(batches)
+        metric = rules.metric_of(q.expr)
+        if metric is None:  # an expression, not a series: nothing to look up
+            label = self.options.node_label
+            return _Outcome(
+                batches, f"{q.resource} query {q.expr!r} returned no series with label {label!r}"
+            )
+        why = await self._why_empty(q.expr, metric, now)
+        empty = f"{q.resource} query {q.expr!r} returned nothing: {why.text}"
+        if q.expr != DEFAULT_QUERIES.get(q.resource):
+            return _Outcome(batches, empty)
         if not self.options.fallback_node_exporter:
-            return batches, advice
+            fix = "Fix the rule" if why.rule_loaded else INSTALL_RULES
+            return _Outcome(
+                batches,
+                f"{empty}. {fix}, set prometheus.{q.resource}_query to an expression that "
+                "exists, or set prometheus.fallback_node_exporter=true",
+            )
         raw = NODE_EXPORTER_QUERIES[q.resource].format(label=self.options.node_label)
         batches = await self._query(q, raw, spans)
-        found = any(b.keys for b in batches)
-        return batches, (advice + f"; using node-exporter fallback {raw!r}" if found else advice)
+        if not any(b.keys for b in batches):
+            return _Outcome(
+                batches,
+                f"{empty}; the node-exporter fallback {raw!r} (prometheus.fallback_node_exporter) "
+                "returned nothing either: is node-exporter scraped by this Prometheus?",
+            )
+        # The documented fix is in use and the data is right: information, not a reason.
+        note = f"{empty}; the values come from the node-exporter fallback {raw!r}"
+        return _Outcome(batches, note=note, name=raw)
+
+    async def _why_empty(self, expr: str, metric: str, now: float) -> rules.Why:
+        """Why a selector returned nothing, asked of Prometheus at most once per
+        ``EXPLAIN_EVERY_S`` per expression (the answer changes only when rules or scrape
+        jobs do)."""
+        cached = self._explained.get(expr)
+        if cached is not None and 0 <= now - cached[0] < EXPLAIN_EVERY_S:
+            return cached[1]
+        diagnosis = rules.Diagnosis(self._get_json)
+        why = await diagnosis.explain(expr.strip(), metric, self.options.node_label)
+        self._explained[expr] = (now, why)
+        return why
+
+    async def _get_json(self, path: str, params: Mapping[str, str]) -> Any:
+        return await self._http.request_json("GET", path, params=params, query=path)
 
     async def fetch_summary(self, now: float, fresh_within_s: float) -> Summary | None:
         """Prometheus's own mean and standard deviation of every series over the longest
@@ -280,10 +325,18 @@ class PrometheusProvider:
         seconds = self._seconds(now, since)
         spans = [(seconds, now)] if since is not None else slices(now, seconds)
         outcomes = await asyncio.gather(
-            *(self._fetch_one(q, spans) for q in self.options.queries),
+            *(self._fetch_one(q, spans, now) for q in self.options.queries),
             return_exceptions=True,
         )
-        return collect(outcomes)
+        result = collect(
+            [o if isinstance(o, BaseException) else (o.batches, o.reason) for o in outcomes]
+        )
+        done = [(q, o) for q, o in zip(self.options.queries, outcomes, strict=True)]
+        return dataclasses.replace(
+            result,
+            notes=[o.note for _, o in done if isinstance(o, _Outcome) and o.note],
+            names={q.resource: o.name for q, o in done if isinstance(o, _Outcome) and o.name},
+        )
 
     async def close(self) -> None:
         await self._http.close()

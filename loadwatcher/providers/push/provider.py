@@ -93,13 +93,11 @@ class PushProvider:
             if errors and not taken.batches:
                 raise errors[0]
             return FetchResult(batches=taken.batches, errors=errors)
-        return FetchResult(
-            series=polled.series,
+        # Everything else the poll said (notices, notes, the expressions' names) stands.
+        return dataclasses.replace(
+            polled,
             batches=[*polled.batches, *taken.batches],
             errors=[*polled.errors, *errors],
-            known_nodes=polled.known_nodes,
-            notices=polled.notices,
-            node_info=polled.node_info,
         )
 
     def _postpone(self, started: float, errors: list[ProviderError]) -> None:

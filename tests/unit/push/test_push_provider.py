@@ -77,6 +77,8 @@ def polled(node: str, *samples: tuple[float, float]) -> FetchResult:
         known_nodes=frozenset({node, "idle-node"}),
         node_info={node: {"cpu": "4"}},
         notices=["a notice"],
+        notes=["a note"],
+        names={Resource.MEMORY: "1 - a / b"},
     )
 
 
@@ -143,6 +145,8 @@ async def test_the_poller_answers_the_cold_start_then_every_poll_interval() -> N
     assert result.known_nodes == {"polled-node", "idle-node"}
     assert result.node_info == {"polled-node": {"cpu": "4"}}
     assert result.notices == ["a notice"]
+    # What the poll says of its expressions stands beside the pushes (the fallback in use).
+    assert result.notes == ["a note"] and result.names == {Resource.MEMORY: "1 - a / b"}
     for step in (2.0, 4.0, 14.9):  # cycles every publish interval: pushes only
         mono.t = 100.0 + step
         buffer.put(batch("pushed-node", (T + step, 10.0)))
