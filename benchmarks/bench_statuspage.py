@@ -140,10 +140,11 @@ def main(argv: list[str]) -> int:
             f"{platform.python_version()}; load average after {load}.",
             "",
             "The whole rendering of `GET /` in one thread (`statuspage.rendered`: every "
-            "node's row, the sort, the chart buckets of the rows shown, the HTML), on a "
-            "store holding 15 minutes at 15 s for every node's CPU and memory. Size: the "
-            "HTML, and gzip-compressed as served. "
-            f"Median and p90 of {args.repeat} renderings.",
+            "node's figures as columns, the sort, the chart buckets of the rows shown, "
+            "the HTML), on a store holding 15 minutes at 15 s for every node's CPU and "
+            "memory. Size: the HTML, and gzip-compressed as served. "
+            f"Median and p90 of {args.repeat} renderings. The machine is shared: the load "
+            "average shows how busy it was.",
             "",
             "| nodes | view | median | p90 | HTML | gzip |",
             "|---|---|---|---|---|---|",
