@@ -25,6 +25,9 @@ FASTPATHS_END = "<!-- fastpaths:end -->"
 # benchmarks/push.py's section, kept across runs of run.py like the fast paths'.
 PUSH_START = "<!-- push:start -->"
 PUSH_END = "<!-- push:end -->"
+# benchmarks/bench_statuspage.py's section, kept the same way.
+STATUSPAGE_START = "<!-- statuspage:start -->"
+STATUSPAGE_END = "<!-- statuspage:end -->"
 DEFAULT_NOTES = (
     "Nothing yet: this is the baseline, measured before any optimisation. Record here, "
     "newest first, what was changed in the service and how each figure moved."
@@ -449,6 +452,7 @@ def markdown(results: Results, old_text: str | None) -> str:
     notes = DEFAULT_NOTES
     fastpaths = ""
     push = ""
+    statuspage = ""
     if old_text:
         match = re.search(
             re.escape(NOTES_START) + r"\n(.*?)\n" + re.escape(NOTES_END), old_text, re.S
@@ -463,6 +467,11 @@ def markdown(results: Results, old_text: str | None) -> str:
         pushed = re.search(re.escape(PUSH_START) + r".*?" + re.escape(PUSH_END), old_text, re.S)
         if pushed:
             push = pushed.group(0)
+        page = re.search(
+            re.escape(STATUSPAGE_START) + r".*?" + re.escape(STATUSPAGE_END), old_text, re.S
+        )
+        if page:
+            statuspage = page.group(0)
     s = results.settings
     m = results.machine
     out = [
@@ -598,6 +607,8 @@ def markdown(results: Results, old_text: str | None) -> str:
         out += ["", fastpaths]
     if push:
         out += ["", push]
+    if statuspage:
+        out += ["", statuspage]
     if results.errors:
         out += ["", "## Errors", "", *[f"- {e}" for e in results.errors]]
     return "\n".join(out) + "\n"

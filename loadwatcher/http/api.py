@@ -196,7 +196,7 @@ def _failure(request: web.Request, exc: Exception) -> web.Response:
 def timing_auth_errors_middleware(
     engine: Engine, tokens: TokenFile | None, protect_metrics: bool
 ) -> Middleware:
-    """The one middleware: request timing, the bearer token check and JSON errors.
+    """The one middleware: request timing, the token check and JSON errors.
 
     One layer instead of three: each aiohttp middleware is a coroutine call per request,
     which counts on a route that only writes prepared bytes.
@@ -213,9 +213,11 @@ def timing_auth_errors_middleware(
             tokens is not None
             and security.needs_token(request.path, protect_metrics)
             and request.path not in PUSH_PATHS  # writers have tokens of their own
-            and not tokens.accepts(request.headers.get("Authorization"))
+            # Bearer, or Basic with the token as password: what a browser sends once the
+            # page asked, for the page and for the routes it links to.
+            and not tokens.accepts_reader(request.headers.get("Authorization"))
         ):
-            response = security.unauthorized()
+            response = security.unauthorized(page=request.path in security.PAGE_PATHS)
         else:
             try:
                 response = await handler(request)

@@ -9,6 +9,7 @@ from typing import Any
 
 from loadwatcher import __version__
 from loadwatcher.http.params import NODE_NAME_PATTERN
+from loadwatcher.http.statuslist import DEFAULT_LIMIT, MAX_LIMIT
 from loadwatcher.http.statusrows import SORTS
 from loadwatcher.push.line_protocol import PRECISIONS_V1, PRECISIONS_V2
 
@@ -217,16 +218,14 @@ def spec(push: bool = False) -> dict[str, Any]:
             },
             "/": {
                 "get": {
-                    "summary": "status page",
+                    "summary": "status page (HTML for people: a list, or one node's view)",
                     "parameters": [
                         {
                             "name": "sort",
                             "in": "query",
                             "required": False,
-                            "schema": {
-                                "type": "string",
-                                "enum": list(SORTS),
-                            },
+                            "schema": {"type": "string", "enum": list(SORTS)},
+                            "description": "'-' reverses; default quality (problem nodes first)",
                         },
                         {
                             "name": "q",
@@ -235,6 +234,33 @@ def spec(push: bool = False) -> dict[str, Any]:
                             "schema": {"type": "string"},
                             "description": "node name substring (its first 253 characters)",
                         },
+                        {
+                            "name": "window",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "string", "enum": ["5m", "10m", "15m"]},
+                            "description": "the window of the figures (default 15m)",
+                        },
+                        {
+                            "name": "page",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "integer", "minimum": 1, "maximum": 1_000_000},
+                        },
+                        {
+                            "name": "limit",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
+                            "description": f"rows per page (default {DEFAULT_LIMIT})",
+                        },
+                        {
+                            "name": "node",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "string", "minLength": 1, "maxLength": 253},
+                            "description": "one node's view: larger charts, every figure, tags",
+                        },
                     ],
                     "responses": {
                         "200": {
@@ -242,7 +268,15 @@ def spec(push: bool = False) -> dict[str, Any]:
                             "content": {"text/html": {"schema": {"type": "string"}}},
                         },
                         "400": _json(_ERR_REF, "bad parameter"),
-                        "401": _json(_ERR_REF, "a bearer token is required"),
+                        "401": _json(
+                            _ERR_REF,
+                            "a token is required: Bearer, or HTTP Basic with the token as "
+                            "password (the challenge is Basic, so that a browser asks)",
+                        ),
+                        "404": {
+                            "description": "?node= names no node of the snapshot (HTML)",
+                            "content": {"text/html": {"schema": {"type": "string"}}},
+                        },
                     },
                 }
             },

@@ -18,9 +18,12 @@ from loadwatcher.http.tokens import TokenFile, stamp
 
 log = logging.getLogger("loadwatcher.security")
 
-__all__ = ["OPEN_PATHS", "TlsReloader", "TokenFile", "needs_token", "unauthorized"]
+__all__ = ["OPEN_PATHS", "PAGE_PATHS", "TlsReloader", "TokenFile", "needs_token", "unauthorized"]
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+# Pages for people: their 401 asks for HTTP Basic, which a browser answers with its login
+# dialog (a Bearer challenge only shows the JSON error).
+PAGE_PATHS = frozenset({"/"})
 
 
 def needs_token(path: str, protect_metrics: bool) -> bool:
@@ -28,12 +31,19 @@ def needs_token(path: str, protect_metrics: bool) -> bool:
     return path not in OPEN_PATHS and (protect_metrics or path != "/metrics")
 
 
-def unauthorized() -> web.Response:
+def unauthorized(page: bool = False) -> web.Response:
+    """401 with the challenge a client can answer: Bearer for the API, Basic for a page."""
+    if page:
+        message = "sign in with any user name and a token of server.auth_token_file as password"
+        challenge = 'Basic realm="loadwatcher", charset="UTF-8"'
+    else:
+        message = "a valid bearer token is required"
+        challenge = 'Bearer realm="loadwatcher"'
     return web.Response(
         status=401,
-        body=orjson.dumps({"error": "unauthorized", "message": "a valid bearer token is required"}),
+        body=orjson.dumps({"error": "unauthorized", "message": message}),
         content_type="application/json",
-        headers={"WWW-Authenticate": 'Bearer realm="loadwatcher"'},
+        headers={"WWW-Authenticate": challenge},
     )
 
 

@@ -1,43 +1,47 @@
-"""The status page at ``GET /``: every node's CPU and memory at a glance, for people.
+"""The status page at ``GET /``: every node's CPU and memory over time, for people.
 
-Server-rendered HTML with no script at all: one ``<style>`` block, a ``<meta refresh>`` at
-the poll interval, and plain GET links and a form for sorting and filtering
-(``?sort=name|quality|cpu|memory``, ``?q=substring``). Each utilisation cell is the window's
-AVG, coloured in six bands, with P95/MAX/STD and the sample count in its tooltip. Beside
-the table, one square per node and a histogram of the bands, for CPU and for memory, show
-the whole fleet on one laptop screen (500 nodes fit). Every value from the snapshot or the
-provider is escaped (``html.escape``); the Content-Security-Policy forbids scripts anyway.
+Server-rendered HTML with no script at all: one ``<style>`` block, inline SVG charts, a
+``<meta refresh>`` at the poll interval, and plain GET links and a form. Two views:
 
-Rendering is a pure function of (snapshot, health body, options, now), run in a worker
-thread: at thousands of nodes the page is large (it is sent gzip-compressed).
+* the list (``statuslist``): per node, the last 15 minutes of CPU and memory as sparklines
+  and the chosen window's Latest, AVG, P95, MAX, STD and sample count; problem nodes first
+  (``?sort=``, ``-`` reverses: ``?sort=-cpu`` is the busiest first), ``?q=`` filters,
+  ``?window=`` picks the figures' window, ``?page=`` and ``?limit=`` page through;
+* a node's own view (``?node=NAME``, ``statusnode``): large charts, every figure of every
+  window, its quality tags and facts.
+
+The header shows health, the provider, the snapshot's age, nodes by quality and the
+samples dropped since start, by reason (the self-metrics' counters). The charts come from
+the samples the service holds (``SampleStore.held``), cut into a fixed number of buckets
+(``timeline``). Every value from the snapshot or the provider is escaped
+(``html.escape``); the Content-Security-Policy forbids scripts anyway.
+
+Rendering is a pure function of its arguments, run in a worker thread; only a page's rows
+are drawn, so its cost is bounded at any fleet size (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from html import escape
 from importlib import resources
 from string import Template
 from typing import Any
-from urllib.parse import quote
 
 from aiohttp import web
+from multidict import MultiMapping
+from prometheus_client import Counter
 
 from loadwatcher import __version__
-from loadwatcher.http.appkeys import ENGINE_KEY
+from loadwatcher.engine.selfmetrics import SelfMetrics
+from loadwatcher.http import statuslist, statusnode, statusrows, timeline
+from loadwatcher.http.appkeys import ENGINE_KEY, RECEIVING_KEY
 from loadwatcher.http.params import BadRequest, checked
-from loadwatcher.http.statusrows import (
-    BANDS,
-    QUALITY_ORDER,
-    SORTS,
-    Cell,
-    Row,
-    band,
-    rows,
-    select,
-)
-from loadwatcher.model import WINDOWS, Resource
+from loadwatcher.http.statuslist import CHARTED, ListOptions
+from loadwatcher.model import LONGEST_WINDOW_S, WINDOWS, Columns, Resource
 from loadwatcher.pipeline.snapshot import Snapshot
 from loadwatcher.words import plural
 
@@ -48,24 +52,31 @@ _CSS = _HERE.joinpath("statuspage.css").read_text(encoding="utf-8")
 
 MAX_FILTER = 253
 MIN_REFRESH_S = 5
-_PARAMS = frozenset({"sort", "q"})
-_LABELS = {Resource.CPU: "CPU", Resource.MEMORY: "Memory"}
+# Buckets of a row's sparkline and of a node's chart over the 15 minutes.
+SPARK_POINTS = 48
+CHART_POINTS = 180
+_PARAMS = frozenset({"sort", "q", "window", "page", "limit", "node"})
+_WINDOW_NAMES = tuple(w.name for w in WINDOWS)
+# A renumbering of the store's series lasts a few assignments; the page waits this long
+# for it before it is drawn without charts.
+_HELD_TRIES, _HELD_WAIT_S = 50, 0.01
 _HEADERS = {
     "Cache-Control": "no-cache",
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'",
     "X-Content-Type-Options": "nosniff",
 }
+# Push counts that are not discards (the receiver's own outcome labels).
+_PUSH_NOT_DROPPED = frozenset({"received", "accepted"})
+
+Held = tuple[tuple[tuple[str, Resource], ...], Columns]
 
 
-def _ago(seconds: float | None) -> str:
-    if seconds is None:
-        return "never"
-    seconds = max(0.0, seconds)
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+@dataclass(frozen=True)
+class Dropped:
+    """Samples refused since start, by reason: by the store, and by the push receiver."""
+
+    store: dict[str, int] = field(default_factory=dict)
+    push: dict[str, int] | None = None  # None: not receiving
 
 
 def _utc(ts: float | None) -> str:
@@ -74,25 +85,43 @@ def _utc(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
 
 
-def _badge(quality: str) -> str:
-    q = escape(quality)
-    return f'<span class="badge q-{q}">{q.replace("_", " ")}</span>'
+def _counter_values(counter: Counter, label: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for metric in counter.collect():
+        for sample in metric.samples:
+            if sample.name.endswith("_total"):
+                out[sample.labels[label]] = int(sample.value)
+    return out
 
 
-def _cell(cell: Cell | None) -> str:
-    if cell is None:
-        return '<td class="v na">·</td>'
-    tip = (
-        f"P95 {cell.p95:.1f} · MAX {cell.max:.1f} · STD {cell.std:.1f} · "
-        f"{plural(cell.count, 'sample')}"
-    )
-    return f'<td class="v l{band(cell.avg)}" title="{escape(tip)}">{cell.avg:.1f}</td>'
+def dropped(metrics: SelfMetrics, receiving: bool) -> Dropped:
+    """What the self-metrics counted as dropped, read from their counters."""
+    push = None
+    if receiving:
+        outcomes = _counter_values(metrics.push_samples, "outcome")
+        push = {k: v for k, v in outcomes.items() if k not in _PUSH_NOT_DROPPED}
+    return Dropped(_counter_values(metrics.samples_dropped, "reason"), push)
+
+
+def _dropped_text(drops: Dropped) -> str:
+    def words(counts: Mapping[str, int]) -> str:
+        total = sum(counts.values())
+        detail = " · ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in sorted(counts.items()) if v)
+        shown = f' <span class="dim">({escape(detail)})</span>' if detail else ""
+        return f"<b>{total:,}</b>{shown}"
+
+    text = words(drops.store)
+    if drops.push is not None:
+        text += f" · push discarded {words(drops.push)}"
+    return text
 
 
 _STATUS_BADGE = {"ok": ("healthy", "good"), "degraded": ("degraded", "warn")}
 
 
-def _summary(health: dict[str, Any], snap: Snapshot | None, all_rows: list[Row]) -> str:
+def _summary(
+    health: dict[str, Any], snap: Snapshot | None, f: statusrows.Fleet | None, drops: Dropped
+) -> str:
     prov = health.get("provider", {})
     journal = health.get("journal", {})
     snap_info = health.get("snapshot", {})
@@ -103,12 +132,6 @@ def _summary(health: dict[str, Any], snap: Snapshot | None, all_rows: list[Row])
     p_state = "ok" if p_ok else ("down" if prov.get("lastAttempt") is not None else "waiting")
     p_err = f" — {escape(str(prov['error']))}" if prov.get("error") else ""
     j_state = ("ok" if journal.get("ok") else "failing") if journal.get("enabled") else "off"
-    counts: dict[str, int] = {}
-    for row in all_rows:
-        counts[row.quality] = counts.get(row.quality, 0) + 1
-    quality = " ".join(
-        f"{_badge(q)}&nbsp;{counts[q]}" for q in reversed(QUALITY_ORDER) if q in counts
-    )
     source = escape(str(prov.get("name", "")))  # as configured, like health and the log
     age = snap_info.get("ageSeconds")
     reasons = "".join(f"<li>{escape(str(r))}</li>" for r in health.get("reasons", []))
@@ -118,83 +141,26 @@ def _summary(health: dict[str, Any], snap: Snapshot | None, all_rows: list[Row])
         f'<div><dt>provider</dt><dd id="provider"><span class="dot {p_state}"></span>'
         f"{source} {p_state}{p_err}</dd></div>"
         f'<div><dt>snapshot</dt><dd id="snapshot-age">'
-        f"{_ago(age) + ' old' if age is not None else 'none yet'}"
+        f"{statuslist.ago(age) + ' old' if age is not None else 'none yet'}"
         f'<span class="dim"> · {_utc(snap.taken_at if snap else None)}</span></dd></div>'
-        f'<div><dt>nodes</dt><dd id="node-count">{len(all_rows)} {quality}</dd></div>'
+        f'<div><dt>nodes</dt><dd id="node-count">{len(f) if f else 0:,} '
+        f"{statuslist.quality_counts(f) if f else ''}</dd></div>"
+        f'<div><dt>dropped samples</dt><dd id="dropped">{_dropped_text(drops)}'
+        '<span class="dim"> since start</span></dd></div>'
         f'<div><dt>journal</dt><dd>{j_state}<span class="dim"> '
         f"{escape(str(journal.get('path') or ''))}</span></dd></div>"
         "</dl>" + (f'<ul class="reasons">{reasons}</ul>' if reasons else "")
     )
 
 
-def _fleet(all_rows: list[Row], resource: Resource) -> str:
-    """One square per node and a histogram of the colour bands, for one resource."""
-    label = _LABELS.get(resource, str(resource))
-    squares, counts, values = [], [0] * (len(BANDS) + 1), []
-    for row in all_rows:
-        cell = row.longest(resource)
-        if cell is None:
-            squares.append(f'<i class="na" title="{escape(row.node)}: no data"></i>')
-            continue
-        level = band(cell.avg)
-        counts[level] += 1
-        values.append(cell.avg)
-        tip = escape(f"{row.node}: {label} {cell.avg:.1f} %")
-        href = escape(quote(row.node, safe=""))
-        squares.append(f'<a href="#n-{href}" class="l{level}" title="{tip}"></a>')
-    most = max(counts) or 1
-    bars = "".join(
-        f'<div class="bar"><span class="lg l{i}">{_band_name(i)}</span>'
-        f'<span class="fill l{i}" style="width:{100 * n / most:.1f}%"></span>'
-        f"<span>{n}</span></div>"
-        for i, n in enumerate(counts)
-    )
-    mean = f"mean {sum(values) / len(values):.1f} %" if values else "no data"
-    return (
-        f'<section class="fleet" id="fleet-{resource}"><h2>{escape(label)} '
-        f'<span class="dim">longest window · {mean}</span></h2>'
-        f'<div class="strip">{"".join(squares)}</div><div class="bars">{bars}</div></section>'
-    )
-
-
-def _band_name(i: int) -> str:
-    low = 0.0 if i == 0 else BANDS[i - 1]
-    return f"{low:.0f}–{BANDS[i]:.0f}" if i < len(BANDS) else f"{low:.0f}+"
-
-
-def _table(shown: list[Row], resources: list[Resource], now: float, sort: str, q: str) -> str:
-    def link(key: str, text: str) -> str:
-        cls = ' class="on"' if key == sort else ""
-        qs = f"?sort={key}" + (f"&amp;q={escape(quote(q, safe=''))}" if q else "")
-        return f'<a href="{qs}"{cls}>{text}</a>'
-
-    span = len(WINDOWS)
-    capacity = any(r.capacity for r in shown)
-    head1 = "".join(
-        f'<th colspan="{span}" class="grp">{link(str(r), _LABELS[r])} %</th>'
-        if r in _LABELS
-        else f'<th colspan="{span}" class="grp">{escape(str(r).title())} %</th>'
-        for r in resources
-    )
-    head2 = "".join(f'<th class="w">{w.name}</th>' for _ in resources for w in WINDOWS)
-    body = []
-    for row in shown:
-        node = escape(row.node)
-        last = None if row.last_sample is None else now - row.last_sample
-        cells = "".join(_cell(row.cells.get((r, w.name))) for r in resources for w in WINDOWS)
-        cap = f'<td class="dim">{escape(row.capacity)}</td>' if capacity else ""
-        body.append(
-            f'<tr id="n-{node}" data-node="{node}" class="q-{escape(row.quality)}">'
-            f'<th class="node">{node}</th><td>{_badge(row.quality)}</td>'
-            f'<td class="age">{_ago(last)}</td>{cells}{cap}</tr>'
-        )
-    cap_head = '<th rowspan="2">capacity</th>' if capacity else ""
-    return (
-        '<table id="nodes"><thead>'
-        f'<tr><th rowspan="2" class="node">{link("name", "node")}</th>'
-        f'<th rowspan="2">{link("quality", "quality")}</th><th rowspan="2">last sample</th>'
-        f"{head1}{cap_head}</tr><tr>{head2}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-    )
+def _traces(
+    held: Held | None, nodes: list[str], now: float, points: int
+) -> dict[tuple[str, Resource], timeline.Trace]:
+    if held is None:
+        return {}
+    keys, cols = held
+    wanted = [(n, r) for n in nodes for r in CHARTED]
+    return timeline.traces(keys, cols, wanted, now - LONGEST_WINDOW_S, now, points)
 
 
 def render(
@@ -203,65 +169,154 @@ def render(
     *,
     now: float,
     refresh_s: int,
-    sort: str = "name",
-    query: str = "",
+    options: ListOptions | None = None,
+    node: str | None = None,
+    held: Held | None = None,
+    drops: Dropped | None = None,
 ) -> str:
     """The whole page (pure: everything it shows comes from the arguments)."""
-    all_rows = rows(snap) if snap is not None else []
+    return rendered(
+        snap,
+        health,
+        now=now,
+        refresh_s=refresh_s,
+        options=options,
+        node=node,
+        held=held,
+        drops=drops,
+    )[0]
+
+
+def rendered(
+    snap: Snapshot | None,
+    health: dict[str, Any],
+    *,
+    now: float,
+    refresh_s: int,
+    options: ListOptions | None = None,
+    node: str | None = None,
+    held: Held | None = None,
+    drops: Dropped | None = None,
+) -> tuple[str, int]:
+    """The page and its HTTP status: 404 for a node view of a node the snapshot lacks."""
+    options = options or ListOptions()
+    status = 200
+    f = statusrows.fleet(snap) if snap is not None else None
+    title = plural(len(f) if f else 0, "node")
+    charts_note = (
+        ""
+        if held is not None or snap is None
+        else '<p class="note" id="no-charts">Charts are left out of this refresh: the samples '
+        "were being renumbered. The next refresh draws them.</p>"
+    )
     if snap is None:
         main = (
             '<p class="empty" id="no-snapshot">No snapshot yet: the first poll has not '
             "completed. This page refreshes itself.</p>"
         )
+    elif node is not None:
+        row = f.row(f.nodes.index(node)) if f is not None and node in f.nodes else None
+        if row is None:
+            main = statusnode.not_found(node, options)
+            status = 404
+        else:
+            traces = _traces(held, [node], now, CHART_POINTS)
+            main = charts_note + statusnode.render(snap, row, traces, options, now)
+            title = node
     else:
-        resources = [Resource.CPU, Resource.MEMORY]
-        resources += sorted(snap.resources - set(resources), key=list(Resource).index)
-        shown = select(all_rows, sort, query)
-        form = (
-            '<form method="get" class="filter"><input type="search" name="q" '
-            f'placeholder="filter nodes" value="{escape(query)}" maxlength="{MAX_FILTER}">'
-            f'<input type="hidden" name="sort" value="{escape(sort)}">'
-            f'<button>filter</button><span class="dim">{len(shown)} of '
-            f"{plural(len(all_rows), 'node')} · cell: window AVG · tooltip: P95, MAX, STD"
-            "</span></form>"
-        )
-        aside = "".join(_fleet(all_rows, r) for r in (Resource.CPU, Resource.MEMORY))
+        assert f is not None  # with a snapshot
+        chosen = statusrows.select(f, options.sort, options.query, options.window)
+        page = statusrows.page(f, chosen, options.page, options.limit)
+        traces = _traces(held, [r.node for r in page.rows], now, SPARK_POINTS)
+        aside = "".join(statuslist.fleet(f, r, options) for r in CHARTED)
         main = (
-            f'<div class="layout"><aside>{aside}</aside>'
-            f'<div class="list">{form}{_table(shown, resources, now, sort, query)}</div></div>'
+            f"{charts_note}{statuslist.toolbar(options, page, len(f))}"
+            f'<div class="layout"><div class="list">'
+            f"{statuslist.table(page.rows, traces, options, now)}"
+            f"{statuslist.pager(options, page)}</div><aside>{aside}</aside></div>"
         )
-    return _PAGE.substitute(
+    page_text = _PAGE.substitute(
         refresh_s=refresh_s,
-        nodes=plural(len(all_rows), "node"),
+        title=escape(title),
         css=_CSS,
-        summary=_summary(health, snap, all_rows),
+        summary=_summary(health, snap, f, drops or Dropped()),
         main=main,
         version=escape(__version__),
         rendered=_utc(now),
     )
+    return page_text, status
+
+
+def _positive(params: dict[str, str], name: str, default: int, most: int) -> int:
+    text = params.get(name)
+    if text is None:
+        return default
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text[:9]) <= most:
+        raise BadRequest("bad_parameter", f"{name} must be a whole number from 1 to {most}")
+    return int(text)
+
+
+def options_of(query: MultiMapping[str]) -> tuple[ListOptions, str | None]:
+    """The list's options and the node asked for, checked (a mistake is a ``BadRequest``)."""
+    params = checked(query, _PARAMS)
+    sort = params.get("sort", statusrows.DEFAULT_SORT)
+    if sort not in statusrows.SORTS:
+        keys = ", ".join(statusrows.SORT_KEYS)
+        raise BadRequest("bad_sort", f"sort must be one of {keys}, each with '-' to reverse it")
+    window = params.get("window", WINDOWS[-1].name)
+    if window not in _WINDOW_NAMES:
+        raise BadRequest("bad_window", f"window must be one of {', '.join(_WINDOW_NAMES)}")
+    node = params.get("node")
+    if node is not None and not 1 <= len(node) <= MAX_FILTER:
+        raise BadRequest("bad_node", f"node must be 1 to {MAX_FILTER} characters")
+    options = ListOptions(
+        sort=sort,
+        query=params.get("q", "")[:MAX_FILTER],
+        window=window,
+        page=_positive(params, "page", 1, 1_000_000),
+        limit=_positive(params, "limit", statuslist.DEFAULT_LIMIT, statuslist.MAX_LIMIT),
+    )
+    return options, node
+
+
+async def _held(request: web.Request) -> Held | None:
+    store = request.app[ENGINE_KEY].store
+    for _ in range(_HELD_TRIES):
+        held = store.held()
+        if held is not None:
+            return held
+        await asyncio.sleep(_HELD_WAIT_S)
+    return None
 
 
 async def status_page(request: web.Request) -> web.Response:
-    """``GET /``: the HTML status page (``?sort=``, ``?q=``)."""
+    """``GET /``: the HTML status page (see the module docstring for its parameters)."""
     engine = request.app[ENGINE_KEY]
-    params = checked(request.query, _PARAMS)  # as the API: a mistyped link is told so
-    sort = params.get("sort", "name")
-    if sort not in SORTS:
-        raise BadRequest("bad_sort", f"sort must be one of {', '.join(SORTS)}")
-    query = params.get("q", "")[:MAX_FILTER]
+    options, node = options_of(request.query)
     now = engine.clock()
     health = engine.health(now).body
     pub = engine.current
+    snap = pub.snapshot if pub is not None else None
+    held = await _held(request) if snap is not None else None
     refresh = max(MIN_REFRESH_S, round(engine.options.poll_interval_s))
-    page = await asyncio.to_thread(
-        render,
-        pub.snapshot if pub is not None else None,
+    drops = dropped(engine.metrics, request.app[RECEIVING_KEY])
+    page, status = await asyncio.to_thread(
+        rendered,
+        snap,
         health,
         now=now,
         refresh_s=refresh,
-        sort=sort,
-        query=query,
+        options=options,
+        node=node,
+        held=held,
+        drops=drops,
     )
-    resp = web.Response(text=page, content_type="text/html", charset="utf-8", headers=_HEADERS)
+    resp = web.Response(
+        status=status,
+        text=page,
+        content_type="text/html",
+        charset="utf-8",
+        headers=_HEADERS,
+    )
     resp.enable_compression()
     return resp

@@ -1,6 +1,10 @@
-"""The status page's rows: every node's cells per resource and window, sorted and filtered.
+"""The status page's rows: every node's figures per resource and window, sorted, filtered, paged.
 
-Pure data for ``statuspage`` to render: no HTML here.
+Pure data for the page to render: no HTML here. What every node needs (its quality, its
+last sample, the AVG the list sorts by and the fleet strip colours) is held in columns,
+one numpy array per resource and window (``Fleet``); the full ``Row`` with its cells is
+built only for the rows a page shows, so a render at thousands of nodes costs a few
+array operations and a sort, not an object per node, resource and window.
 """
 
 from __future__ import annotations
@@ -9,14 +13,24 @@ import math
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from loadwatcher import quantity
+from loadwatcher._types import FloatArray
 from loadwatcher.model import WINDOWS, Operator, Resource
 from loadwatcher.pipeline.snapshot import Snapshot
 
-SORTS = ("name", "quality", "cpu", "memory")
+# Sort keys; ``-key`` reverses one. ``quality`` is worst first (the default: problem nodes
+# lead), ``cpu`` and ``memory`` the shown window's AVG lowest first (``-cpu``: busiest),
+# ``age`` the most recent last sample first (``-age``: the longest silent first).
+SORT_KEYS = ("quality", "name", "cpu", "memory", "age")
+SORTS = tuple(s for key in SORT_KEYS for s in (key, f"-{key}"))
+DEFAULT_SORT = "quality"
 # Upper bounds (percent) of the colour bands l0..l5; the last band is everything above.
 BANDS = (20.0, 40.0, 60.0, 75.0, 90.0)
 QUALITY_ORDER = ("missing", "stale", "frozen", "low_coverage", "disagrees", "ok")
+_DIGITS = re.compile(r"(\d+)")
+_RESOURCE_INDEX = {r: i for i, r in enumerate(Resource)}
 
 
 @dataclass(frozen=True)
@@ -28,6 +42,7 @@ class Cell:
     max: float
     std: float
     count: int
+    latest: float = math.nan
 
 
 @dataclass
@@ -38,18 +53,90 @@ class Row:
     cells: dict[tuple[Resource, str], Cell] = field(default_factory=dict)
     capacity: str = ""
 
-    def longest(self, resource: Resource) -> Cell | None:
-        """The cell of the longest window that has data (15m, else 10m, else 5m)."""
-        for window in reversed(WINDOWS):
-            cell = self.cells.get((resource, window.name))
-            if cell is not None:
-                return cell
+    def cell(self, resource: Resource, window: str) -> Cell | None:
+        return self.cells.get((resource, window))
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Every node of a snapshot in natural name order, with the columns the list needs.
+
+    ``avg[(resource, window)][i]`` is node ``i``'s AVG (NaN: no sample in the window);
+    ``last_sample[i]`` is NaN when the analyser gave none.
+    """
+
+    snap: Snapshot
+    nodes: list[str]
+    quality: list[str]
+    last_sample: FloatArray
+    avg: dict[tuple[Resource, str], FloatArray]
+    sid_of: dict[tuple[str, Resource], int]
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def longest_avg(self, resource: Resource) -> FloatArray:
+        """Each node's AVG of the longest window that has data (15m, else 10m, else 5m)."""
+        out = np.full(len(self.nodes), np.nan)
+        for window in WINDOWS:
+            values = self.avg.get((resource, window.name))
+            if values is not None:
+                out = np.where(np.isnan(values), out, values)
+        return out
+
+    def row(self, i: int) -> Row:
+        """Node ``i`` with every cell of every resource and window (for a shown row)."""
+        node = self.nodes[i]
+        snap = self.snap
+        cells: dict[tuple[Resource, str], Cell] = {}
+        for resource in Resource:
+            sid = self.sid_of.get((node, resource))
+            if sid is None:
+                continue
+            for window in WINDOWS:
+                cell = _cell(snap, sid, window.name)
+                if cell is not None:
+                    cells[(resource, window.name)] = cell
+        last = float(self.last_sample[i])
+        return Row(
+            node=node,
+            quality=self.quality[i],
+            last_sample=None if math.isnan(last) else last,
+            cells=cells,
+            capacity=capacity_text(snap.node_info.get(node, {})),
+        )
+
+
+def _cell(snap: Snapshot, sid: int, window: str) -> Cell | None:
+    stats = snap.windows[window]
+    where = int(stats.sids.searchsorted(sid))
+    if where >= stats.sids.shape[0] or int(stats.sids[where]) != sid:
         return None
 
+    def value(op: Operator) -> float:
+        # A snapshot of the backend's aggregates has AVG and STD only: the rest show as NaN.
+        column = stats.values.get(op)
+        return math.nan if column is None else float(column[where])
 
-def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
-    """``node-2`` before ``node-10``, ``10.0.0.9`` before ``10.0.0.10``."""
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", name) if p)
+    return Cell(
+        value(Operator.AVG),
+        value(Operator.P95),
+        value(Operator.MAX),
+        value(Operator.STD),
+        int(stats.count[where]),
+        value(Operator.LATEST),
+    )
+
+
+def natural_key(name: str) -> list[str | int]:
+    """``node-2`` before ``node-10``, ``10.0.0.9`` before ``10.0.0.10``.
+
+    ``re.split`` with a group puts the runs of digits at the odd positions, always: two
+    keys compare text with text and numbers with numbers.
+    """
+    parts: list[str | int] = list(_DIGITS.split(name))
+    parts[1::2] = map(int, parts[1::2])
+    return parts
 
 
 def capacity_text(info: dict[str, str]) -> str:
@@ -72,46 +159,98 @@ def band(value: float) -> int:
     return sum(value >= bound for bound in BANDS)
 
 
-def rows(snap: Snapshot) -> list[Row]:
-    """One row per node that has samples in some window or tags from the analyser."""
-    cells: dict[str, dict[tuple[Resource, str], Cell]] = {}
+def bands(values: FloatArray) -> np.ndarray:
+    """``band`` of each value (NaN: band 0, which callers mask)."""
+    return np.searchsorted(np.asarray(BANDS), values, side="right")
+
+
+def fleet(snap: Snapshot) -> Fleet:
+    """Every node that has samples in some window or tags from the analyser."""
+    keys = snap.keys
+    held = np.unique(np.concatenate([snap.windows[w.name].sids for w in WINDOWS]))
+    with_samples = {keys[sid][0] for sid in held.tolist()}
+    nodes = sorted(with_samples | set(snap.tags), key=natural_key)
+    index = {node: i for i, node in enumerate(nodes)}
+    node_of_sid = np.fromiter((index.get(n, -1) for n, _ in keys), np.int64, len(keys))
+    avg: dict[tuple[Resource, str], FloatArray] = {}
+    resources = {r for _, r in keys}
+    res_of_sid = np.fromiter((_RESOURCE_INDEX[r] for _, r in keys), np.int64, len(keys))
     for window in WINDOWS:
         stats = snap.windows[window.name]
-        # A snapshot of the backend's aggregates has AVG and STD only: the rest show as NaN.
-        missing = [math.nan] * stats.sids.shape[0]
-        avg, p95, mx, std = (
-            stats.values[op].tolist() if op in stats.values else missing
-            for op in (Operator.AVG, Operator.P95, Operator.MAX, Operator.STD)
-        )
-        counts = stats.count.tolist()
-        for i, sid in enumerate(stats.sids.tolist()):
-            node, resource = snap.keys[sid]
-            cell = Cell(avg[i], p95[i], mx[i], std[i], counts[i])
-            cells.setdefault(node, {})[(resource, window.name)] = cell
-    out = []
-    for node in sorted(set(cells) | set(snap.tags), key=natural_key):
+        sids = stats.sids.astype(np.int64)
+        values = stats.values.get(Operator.AVG)
+        for resource in resources:
+            column = np.full(len(nodes), np.nan)
+            if values is not None and sids.shape[0]:
+                mine = res_of_sid[sids] == _RESOURCE_INDEX[resource]
+                column[node_of_sid[sids[mine]]] = values[mine]
+            avg[(resource, window.name)] = column
+    quality, last = [], np.full(len(nodes), np.nan)
+    for i, node in enumerate(nodes):
         tags = snap.tags.get(node, {})
-        last = tags.get("lastSample")
-        out.append(
-            Row(
-                node=node,
-                quality=str(tags.get("quality", "ok" if node in cells else "missing")),
-                last_sample=float(last) if isinstance(last, int | float) else None,
-                cells=cells.get(node, {}),
-                capacity=capacity_text(snap.node_info.get(node, {})),
-            )
-        )
-    return out
+        quality.append(str(tags.get("quality", "ok" if node in with_samples else "missing")))
+        stamp = tags.get("lastSample")
+        if isinstance(stamp, int | float):
+            last[i] = float(stamp)
+    sid_of = {key: sid for sid, key in enumerate(keys)}
+    return Fleet(snap, nodes, quality, last, avg, sid_of)
 
 
-def select(all_rows: list[Row], sort: str, query: str) -> list[Row]:
-    """Filter by substring (case-insensitive) and sort; busiest or worst first."""
+def _sort_values(f: Fleet, key: str, window: str) -> FloatArray:
+    """The number ``key`` sorts each node by; NaN sorts last in either direction."""
+    if key in ("cpu", "memory"):
+        resource = Resource.CPU if key == "cpu" else Resource.MEMORY
+        column = f.avg.get((resource, window))
+        return column if column is not None else np.full(len(f), np.nan)
+    if key == "age":
+        return -f.last_sample
+    rank = {q: i for i, q in enumerate(QUALITY_ORDER)}
+    # An unknown quality is a problem: first.
+    return np.fromiter((rank.get(q, -1) for q in f.quality), np.float64, len(f))
+
+
+def select(f: Fleet, sort: str, query: str, window: str = "15m") -> list[int]:
+    """The indexes of the nodes that match ``query`` (a case-insensitive substring), sorted
+    by ``sort`` (``-`` reverses it).
+
+    Nodes come in natural name order and the sorts are stable, so equal keys stay in name
+    order whichever the direction; nodes without a value for the key (no sample in the
+    window, never seen) go last in both directions.
+    """
     needle = query.lower()
-    chosen = [r for r in all_rows if needle in r.node.lower()] if needle else list(all_rows)
-    if sort == "quality":
-        rank = {q: i for i, q in enumerate(QUALITY_ORDER)}
-        chosen.sort(key=lambda r: rank.get(r.quality, 0))
-    elif sort in ("cpu", "memory"):
-        resource = Resource.CPU if sort == "cpu" else Resource.MEMORY
-        chosen.sort(key=lambda r: -(c.avg if (c := r.longest(resource)) else -1.0))
-    return chosen
+    chosen = np.array(
+        [i for i, n in enumerate(f.nodes) if needle in n.lower()] if needle else range(len(f)),
+        np.int64,
+    )
+    descending = sort.startswith("-")
+    key = sort.lstrip("-")
+    if key == "name":
+        named: list[int] = (chosen[::-1] if descending else chosen).tolist()
+        return named
+    values = _sort_values(f, key, window)[chosen]
+    known = ~np.isnan(values)
+    if descending:
+        values = -values
+    order = np.argsort(values[known], kind="stable")
+    ranked: list[int] = chosen[known][order].tolist() + chosen[~known].tolist()
+    return ranked
+
+
+@dataclass(frozen=True)
+class Page:
+    """The rows one page shows, and where they sit among the nodes that matched."""
+
+    rows: list[Row]
+    matched: int
+    number: int  # 1-based, clamped to the pages there are
+    pages: int
+    first: int  # 1-based position of rows[0] among the matched nodes (0 when none)
+
+
+def page(f: Fleet, chosen: list[int], number: int, size: int) -> Page:
+    """Rows ``size`` at a time; a page past the end shows the last one."""
+    pages = max(1, math.ceil(len(chosen) / size))
+    number = min(max(1, number), pages)
+    start = (number - 1) * size
+    shown = [f.row(i) for i in chosen[start : start + size]]
+    return Page(shown, len(chosen), number, pages, start + 1 if shown else 0)

@@ -70,6 +70,14 @@ class TokenFile:
             matched |= hmac.compare_digest(given, token)
         return matched
 
+    def accepts_reader(self, header: str | None) -> bool:
+        """A reader's credentials: ``Bearer <token>`` (API clients), or HTTP Basic with the
+        token as password and any user name (a browser, after the status page's challenge)."""
+        if header and header[:6].lower() == "basic ":
+            password = _basic_password(header[6:])
+            return password is not None and self.accepts("Bearer " + password)
+        return self.accepts(header)
+
     def accepts_writer(self, header: str | None) -> bool:
         """A writer's credentials in any form the push clients send: ``Bearer <token>``
         (Prometheus, vmagent), ``Token <token>`` (InfluxDB 2 clients, Telegraf's
@@ -84,12 +92,20 @@ class TokenFile:
         if scheme == "token":
             return self.accepts("Bearer " + rest)
         if scheme == "basic":
-            try:
-                decoded = base64.b64decode(rest.strip(), validate=True).decode("utf-8")
-            except (ValueError, UnicodeDecodeError):
-                return False
-            return self.accepts("Bearer " + decoded.partition(":")[2])
+            password = _basic_password(rest)
+            return password is not None and self.accepts("Bearer " + password)
         return False
+
+
+def _basic_password(credentials: str) -> str | None:
+    """The password of HTTP Basic credentials (``base64(user:password)``, RFC 7617: the
+    user name holds no colon, the password may), or None when they do not decode."""
+    try:
+        decoded = base64.b64decode(credentials.strip(), validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    _user, colon, password = decoded.partition(":")
+    return password if colon else None
 
 
 def _reason(exc: OSError | UnicodeDecodeError) -> str:

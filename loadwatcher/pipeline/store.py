@@ -76,6 +76,9 @@ class SampleStore:
         self._index: dict[tuple[str, Resource], int] = {}
         self._newest: FloatArray = np.empty(0, np.float64)
         self._cols = _empty_columns()
+        # Odd while the series are renumbered (``load``, ``forget_idle``): then ``_keys`` and
+        # ``_cols`` may disagree, and ``held`` tells a reader in another thread to wait.
+        self._epoch = 0
 
     @property
     def keys(self) -> list[tuple[str, Resource]]:
@@ -85,6 +88,18 @@ class SampleStore:
     @property
     def columns(self) -> Columns:
         return self._cols
+
+    def held(self) -> tuple[tuple[tuple[str, Resource], ...], Columns] | None:
+        """The series' keys and every sample as one consistent pair, for a reader in
+        another thread (the status page's charts); None while the series are being
+        renumbered. The columns are replaced, never changed in place, so the pair stays
+        valid after later adds."""
+        epoch = self._epoch
+        if epoch & 1:
+            return None
+        cols = self._cols  # before the keys: a new series' key is added before its samples
+        keys = tuple(self._keys)
+        return (keys, cols) if self._epoch == epoch else None
 
     def series_id(self, node: str, resource: Resource) -> int:
         return self._id_of((node, resource))
@@ -222,9 +237,11 @@ class SampleStore:
         """Replace the content with samples recovered from the journal: ``keys`` unique (the
         file's series, ``keys[i]`` being series id ``i`` of ``cols``), ``cols`` in (series,
         time) order with one sample per time, as ``Journal.load_samples`` returns them."""
+        self._epoch += 1
         self._keys, self._index = list(keys), {key: i for i, key in enumerate(keys)}
         self._newest = np.full(max(16, len(keys)), -np.inf)
         self._cols = Columns(cols.sid.astype(SID, copy=False), cols.ts, cols.val)
+        self._epoch += 1
         if len(cols):
             np.maximum.at(self._newest, cols.sid, cols.ts)
 
@@ -262,16 +279,18 @@ class SampleStore:
         alive = self._newest[:n] >= keep_from
         if bool(alive.all()):
             return None
-        self._cols = _since(self._cols, keep_from)
+        cols = _since(self._cols, keep_from)
         renumber = np.where(alive, np.cumsum(alive) - 1, -1).astype(np.int64)
-        self._keys = list(compress(self._keys, alive.tolist()))
-        self._index = {key: i for i, key in enumerate(self._keys)}
-        newest = self._newest[:n][alive]
-        self._newest = np.full(max(16, len(self._keys)), -np.inf)
-        self._newest[: len(self._keys)] = newest
-        if len(self._cols):
-            sid = renumber[self._cols.sid].astype(SID)
-            self._cols = Columns(sid, self._cols.ts, self._cols.val)
+        keys = list(compress(self._keys, alive.tolist()))
+        newest = np.full(max(16, len(keys)), -np.inf)
+        newest[: len(keys)] = self._newest[:n][alive]
+        if len(cols):
+            cols = Columns(renumber[cols.sid].astype(SID), cols.ts, cols.val)
+        index = {key: i for i, key in enumerate(keys)}
+        # Computed first, swapped in together: the odd epoch spans only the assignments.
+        self._epoch += 1
+        self._keys, self._index, self._cols, self._newest = keys, index, cols, newest
+        self._epoch += 1
         return renumber
 
     def count_new(self, keys: Iterable[tuple[str, Resource]]) -> int:

@@ -72,8 +72,10 @@ def test_status_page_counts_in_words() -> None:
     body = {"status": "ok", "reasons": [], "provider": {"name": "prometheus", "ok": True}}
     page = statuspage.render(snap, body, now=1000.0, refresh_s=15)
     assert "<title>loadwatcher · 1 node</title>" in page
-    assert "1 of 1 node ·" in page
-    assert "1 sample" in page and "1 samples" not in page
+    assert "showing <b>1–1</b> of 1 node<" in page
+    assert "1 nodes" not in page
+    view = statuspage.render(snap, body, now=1000.0, refresh_s=15, node="n1", held=store.held())
+    assert "1 sample charted" in view and "1 samples" not in view
     assert "prometheus ok" in page and "Prometheus ok" not in page
 
 

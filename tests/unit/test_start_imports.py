@@ -21,6 +21,10 @@ LATE = (
     "loadwatcher.http.openapi",
     "loadwatcher.http.statuspage",
     "loadwatcher.http.statusrows",
+    "loadwatcher.http.statuslist",
+    "loadwatcher.http.statusnode",
+    "loadwatcher.http.charts",
+    "loadwatcher.http.timeline",
     "loadwatcher.push.line_protocol",
 )
 

@@ -1,0 +1,170 @@
+"""Benchmark: render the status page (``GET /``) at 1,000 and 5,000 nodes.
+
+Run ``python benchmarks/bench_statuspage.py [--nodes 1000 5000] [--repeat 15] [--out FILE]``.
+It fills a real ``SampleStore`` with 15 minutes of samples every 15 s for every node's CPU
+and memory (a few nodes stale, frozen or sparse, so the analyser tags them), builds the
+snapshot the engine would (``analysis.analyse``, ``snapshot.build``), then times the page's
+whole rendering (``statuspage.rendered``: rows, sort, the charts' buckets, the HTML) for:
+
+- the default list (problem nodes first, 100 rows with sparklines);
+- the list sorted ``-cpu`` with 1,000 rows (the largest page ``?limit=`` allows);
+- one node's own view (``?node=``).
+
+It reports the median and p90 wall time, the page's size, plain and gzip-compressed, and
+writes its section of ``--out`` (benchmarks/RESULTS.md, between its markers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import platform
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from loadwatcher.http import statuspage
+from loadwatcher.http.statuslist import ListOptions
+from loadwatcher.model import Resource, Series
+from loadwatcher.pipeline import analysis, snapshot
+from loadwatcher.pipeline.store import SampleStore
+
+HERE = Path(__file__).resolve().parent
+NOW = 1_700_000_000.0
+STEP_S = 15.0
+SPAN_S = 900.0
+SECTION_START = "<!-- statuspage:start -->"
+SECTION_END = "<!-- statuspage:end -->"
+HEALTH = {
+    "status": "degraded",
+    "reasons": ["5 nodes stale"],
+    "provider": {"name": "prometheus", "ok": True, "lastAttempt": NOW},
+    "snapshot": {"ageSeconds": 3.0},
+    "journal": {"enabled": False},
+}
+
+
+def fleet(nodes: int) -> tuple[SampleStore, snapshot.Snapshot]:
+    """A store and its snapshot: 1 % of nodes stale, 0.5 % frozen, 0.5 % sparse."""
+    rng = np.random.default_rng(7)
+    times = NOW - SPAN_S + np.arange(0.0, SPAN_S + 1, STEP_S)
+    series = []
+    for i in range(nodes):
+        name = f"node-{i:05d}"
+        for resource in (Resource.CPU, Resource.MEMORY):
+            level = rng.uniform(5, 85)
+            values = level + 8 * np.sin(times / 97 + i) + rng.normal(0, 3, times.shape)
+            ts = times
+            if i % 100 == 1:  # stale: stopped 7 minutes ago
+                ts = times[times < NOW - 420]
+                values = values[: ts.shape[0]]
+            elif i % 200 == 2:  # frozen
+                values = np.full(times.shape, round(level, 1))
+            elif i % 200 == 3:  # sparse: low coverage
+                ts, values = times[::6], values[::6]
+            series.append(Series(name, resource, ts.copy(), np.clip(values, 0, 100)))
+    store = SampleStore()
+    store.add(series)
+    report = analysis.analyse(list(store.keys), store.columns, store.newest_by_series(), NOW + 1)
+    names = {Resource.CPU: "instance:node_cpu:ratio", Resource.MEMORY: "mem"}
+    snap = snapshot.build(
+        store.columns, list(store.keys), NOW + 1, "Prometheus", names, report.tags, {}
+    )
+    return store, snap
+
+
+def measure(
+    store: SampleStore, snap: snapshot.Snapshot, options: ListOptions, node: str | None, n: int
+) -> tuple[list[float], int, int]:
+    times = []
+    page = ""
+    for _ in range(n):
+        started = time.perf_counter()
+        held = store.held()
+        page, _status = statuspage.rendered(
+            snap,
+            HEALTH,
+            now=NOW + 1,
+            refresh_s=15,
+            options=options,
+            node=node,
+            held=held,
+            drops=statuspage.Dropped({"future": 3}),
+        )
+        times.append(time.perf_counter() - started)
+    raw = page.encode()
+    return times, len(raw), len(gzip.compress(raw, 6))
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
+    p.add_argument("--repeat", type=int, default=15)
+    p.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
+    args = p.parse_args(argv)
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    views = [
+        ("list, default (problem nodes first, 100 rows)", ListOptions(), None),
+        ("list, `?sort=-cpu&limit=1000`", ListOptions(sort="-cpu", limit=1000), None),
+        ("one node's view, `?node=`", ListOptions(), "node-00001"),
+    ]
+    lines = []
+    for nodes in args.nodes:
+        store, snap = fleet(nodes)
+        for label, options, node in views:
+            times, raw, packed = measure(store, snap, options, node, args.repeat)
+            med = statistics.median(times) * 1000
+            p90 = statistics.quantiles(times, n=10)[-1] * 1000
+            row = (
+                f"| {nodes:,} | {label} | {med:.1f} ms | {p90:.1f} ms | {raw / 1024:,.0f} kB"
+                f" | {packed / 1024:,.0f} kB |"
+            )
+            print(row, flush=True)
+            lines.append(row)
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    cpu = platform.processor() or platform.machine()
+    section = "\n".join(
+        [
+            SECTION_START,
+            "## Status page rendering",
+            "",
+            f"Command: `python benchmarks/bench_statuspage.py --repeat {args.repeat}` — "
+            f"started {started}; {cpu}, {os.cpu_count()} cores; Python "
+            f"{platform.python_version()}; load average after {load}.",
+            "",
+            "The whole rendering of `GET /` in one thread (`statuspage.rendered`: every "
+            "node's figures as columns, the sort, the chart buckets of the rows shown, "
+            "the HTML), on a store holding 15 minutes at 15 s for every node's CPU and "
+            "memory. Size: the HTML, and gzip-compressed as served. "
+            f"Median and p90 of {args.repeat} renderings. The machine is shared: the load "
+            "average shows how busy it was.",
+            "",
+            "| nodes | view | median | p90 | HTML | gzip |",
+            "|---|---|---|---|---|---|",
+            *lines,
+            SECTION_END,
+        ]
+    )
+    write_section(args.out, section)
+    return 0
+
+
+def write_section(out: Path, text: str) -> None:
+    old = out.read_text(encoding="utf-8") if out.exists() else ""
+    pattern = re.escape(SECTION_START) + r".*?" + re.escape(SECTION_END)
+    if re.search(pattern, old, re.S):
+        new = re.sub(pattern, lambda _: text, old, count=1, flags=re.S)
+    else:
+        new = (old.rstrip("\n") + "\n\n" if old else "") + text
+    out.write_text(new.rstrip("\n") + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
