@@ -19,6 +19,7 @@ class PushErrorKind(StrEnum):
     TOO_LARGE = "too_large"
     NOT_PROTOBUF = "not_protobuf"
     BAD_PRECISION = "bad_precision"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
 
 
 class PushError(LoadwatcherError):
