@@ -97,6 +97,7 @@ def build_receiver(settings: Settings, engine: Engine) -> push_http.Receiver | N
         return None
     # Imported only when receiving: a polling service's start does not pay for them.
     from loadwatcher.http import push as push_http
+    from loadwatcher.providers.push.series import SeriesBudget
     from loadwatcher.push.protocol import protocols
 
     push = settings.section(push_provider.SECTION)
@@ -109,10 +110,18 @@ def build_receiver(settings: Settings, engine: Engine) -> push_http.Receiver | N
     )
     tokens = TokenFile(push.token_file) if push.token_file else None
     receiver = push_http.Receiver(
-        provider.buffer, mappers, limits, engine.metrics, tokens, clock=engine.clock
+        provider.buffer,
+        mappers,
+        limits,
+        engine.metrics,
+        tokens,
+        clock=engine.clock,
+        budget=SeriesBudget(push.max_series, engine.store),
     )
 
     def published() -> None:
+        if receiver.budget is not None:
+            receiver.budget.settle()
         arrival = provider.last_oldest_arrival
         if arrival is not None:
             engine.metrics.push_publish_lag.observe(time.monotonic() - arrival)

@@ -179,6 +179,8 @@ class FetchResult:
     ``node_info``: per node, extra facts for the wire ``metadata`` (capacity, allocatable).
     ``notices``: human advice for /watcher/health, e.g. missing recording rules.
     ``batches``: more raw samples like ``series``, many series per batch (bulk parsers).
+    ``pushed``: how many of the last ``batches`` are pushed samples, answered 204 already:
+    no cap of the cycle may refuse them, and each one's fate is counted.
     """
 
     series: list[Series] = field(default_factory=list)
@@ -187,6 +189,7 @@ class FetchResult:
     node_info: dict[str, dict[str, str]] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
     batches: list[SeriesBatch] = field(default_factory=list)
+    pushed: int = 0
 
 
 @dataclass(frozen=True)

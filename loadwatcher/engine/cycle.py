@@ -36,7 +36,7 @@ from loadwatcher.model import Columns, FetchResult, IntArray, Resource, Summary
 from loadwatcher.pipeline import analysis, corroboration, health, snapshot, summary
 from loadwatcher.pipeline.analysis import Quality
 from loadwatcher.pipeline.snapshot import Snapshot
-from loadwatcher.pipeline.store import AddResult, SampleStore
+from loadwatcher.pipeline.store import AddResult, SampleStore, combined
 from loadwatcher.providers.base import Provider, Summarizing
 from loadwatcher.words import plural
 
@@ -68,6 +68,7 @@ class Ingested:
     result: AddResult
     renumber: IntArray | None
     withdrawn: int
+    pushed: AddResult | None = None  # the pushed samples' part of ``result``
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,7 @@ class Engine:
         if isinstance(outcome, BaseException) and not isinstance(outcome, ProviderError):
             raise outcome
         if not isinstance(outcome, ProviderError):
-            outcome = self._too_many_new_series(outcome) or outcome
+            outcome = self._cap_new_series(outcome)
         if isinstance(outcome, ProviderError):
             status.ok, status.error, status.error_kind = False, str(outcome), str(outcome.kind)
             self.metrics.provider_errors.labels(str(outcome.kind)).inc()
@@ -202,7 +203,7 @@ class Engine:
         # A worker thread: a cold start merges every sample of the retention.
         ingested = await asyncio.to_thread(self._ingest, result, now)
         added = ingested.result
-        self._count_samples(added, ingested.withdrawn)
+        self._count_samples(added, ingested.withdrawn, ingested.pushed)
         self._judge_clock(added, now)
         if ingested.renumber is not None and self._persistence is not None:
             self._persistence.forget(ingested.renumber)
@@ -342,20 +343,28 @@ class Engine:
             delay = max(0.0, math.ceil(now + delay - _ALIGN_S - 0.5) + _ALIGN_S - now)
         return delay
 
-    def _too_many_new_series(self, result: FetchResult) -> ProviderError | None:
-        """The error for a poll that would add more series than ``max_new_series``."""
+    def _cap_new_series(self, result: FetchResult) -> FetchResult | ProviderError:
+        """A poll that would add more series than ``max_new_series`` refused: the error,
+        or, beside pushed samples, the pushed samples alone with the error as a partial one.
+        Pushed samples were answered 204 already: their bounds are the receiver's, at the
+        request (``push.max_series``), never this cap's."""
         cap = self.options.max_new_series
+        polled = result.batches[: len(result.batches) - result.pushed]
         keys = [(s.node, s.resource) for s in result.series]
-        if len(keys) + sum(len(b.keys) for b in result.batches) <= cap:
-            return None  # cannot be over: spare the lookups
-        new = self.store.count_new(itertools.chain(keys, *(b.keys for b in result.batches)))
+        if len(keys) + sum(len(b.keys) for b in polled) <= cap:
+            return result  # cannot be over: spare the lookups
+        new = self.store.count_new(itertools.chain(keys, *(b.keys for b in polled)))
         if new <= cap:
-            return None
-        return ProviderError(
+            return result
+        error = ProviderError(
             ProviderErrorKind.TOO_LARGE,
             f"the answer would add {plural(new, 'series', 'series')}, more than "
             f"provider.max_new_series ({cap}); refused, serving the last snapshot",
         )
+        if not result.pushed:
+            return error
+        pushed = result.batches[len(result.batches) - result.pushed :]
+        return FetchResult(batches=pushed, errors=[*result.errors, error], pushed=len(pushed))
 
     def _ingest(self, result: FetchResult, now: float) -> Ingested:
         """Merge a poll in: samples ahead of the clock refused (and those held that the
@@ -364,22 +373,39 @@ class Engine:
         keep_from = now - self.options.retention_s
         latest = now + self.options.future_tolerance_s
         withdrawn = self.store.forget_after(latest)
-        if len(result.batches) > 1 and not result.series and not self.store.keys:
+        split = len(result.batches) - result.pushed
+        pushed = result.batches[split:]
+        # Without pushed samples, the poll's own list: a cold start empties it as it merges.
+        polled = result.batches[:split] if pushed else result.batches
+        parts: list[AddResult] = []
+        if len(polled) > 1 and not result.series and not self.store.keys:
             # A cold start's slices: each goes (out of the result too) once merged.
-            added = self.store.add_in_turn(
-                result.batches, keep_from=keep_from, latest=latest, clock=now
+            if pushed:
+                del result.batches[:split]
+            parts.append(
+                self.store.add_in_turn(polled, keep_from=keep_from, latest=latest, clock=now)
             )
-        else:
-            added = self.store.add(
-                [*result.series, *result.batches], keep_from=keep_from, latest=latest, clock=now
+        elif result.series or polled or not pushed:
+            parts.append(
+                self.store.add(
+                    [*result.series, *polled], keep_from=keep_from, latest=latest, clock=now
+                )
             )
+        # Pushed samples on their own, after the poll's: every one of them is counted,
+        # those not newer than their series' newest too (duplicate, out_of_order).
+        from_push = (
+            self.store.add(pushed, keep_from=keep_from, latest=latest, clock=now)
+            if pushed
+            else None
+        )
+        added = combined([*parts, *([from_push] if from_push else [])])
         idle = self.store.idle_series(keep_from)
         renumber = None
         if idle and idle >= _FORGET_SHARE * len(self.store.keys):
             renumber = self.store.forget_idle(keep_from)
             if renumber is not None:
                 added = dataclasses.replace(added, added=renumbered(added.added, renumber))
-        return Ingested(added, renumber, withdrawn)
+        return Ingested(added, renumber, withdrawn, from_push)
 
     def _judge_clock(self, added: AddResult, now: float) -> None:
         """Most of a poll's samples ahead of the clock: the backend's clock is ahead of
@@ -466,8 +492,16 @@ class Engine:
             await self._persistence.fold_wal()
         await asyncio.to_thread(allocator.trim)  # off the event loop, after the cycle
 
-    def _count_samples(self, added: AddResult, withdrawn: int = 0) -> None:
+    def _count_samples(
+        self, added: AddResult, withdrawn: int = 0, pushed: AddResult | None = None
+    ) -> None:
         self.metrics.samples_ingested.inc(len(added.added))
+        if pushed is not None:
+            # A poll repeats its overlap on purpose; a pushed sample that is not taken was
+            # acknowledged, so it is counted: accepted = ingested + dropped.
+            for reason, n in (("duplicate", pushed.repeated), ("out_of_order", pushed.older)):
+                if n:
+                    self.metrics.samples_dropped.labels(reason).inc(n)
         for reason, n in added.dropped.items():
             if n:
                 self.metrics.samples_dropped.labels(reason).inc(n)

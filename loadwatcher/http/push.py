@@ -32,6 +32,7 @@ from aiohttp import web
 from loadwatcher.engine.selfmetrics import SelfMetrics
 from loadwatcher.http.tokens import TokenFile
 from loadwatcher.providers.push.buffer import PushBuffer
+from loadwatcher.providers.push.series import SeriesBudget
 from loadwatcher.push.errors import PushError
 from loadwatcher.push.protocol import Mapper, Pending, PushProtocol, PushRequest, Route
 from loadwatcher.push.samples import Decoded
@@ -102,8 +103,10 @@ class Receiver:
         metrics: SelfMetrics,
         tokens: TokenFile | None = None,
         clock: Callable[[], float] = time.time,
+        budget: SeriesBudget | None = None,
     ) -> None:
         self.buffer = buffer
+        self.budget = budget
         self.mappers = {protocol.name: mapper for protocol, mapper in mappers}
         self.endpoints = {
             route.path: Endpoint(protocol, route, mapper)
@@ -152,23 +155,51 @@ class Receiver:
                 # once, so a body refused after it would lose its samples on the retry.
                 self._admit_to_buffer()
                 size, work = pending
-                decoded = (
-                    work.map(self.clock())
-                    if size < _INLINE_BYTES
-                    else await asyncio.to_thread(work.map, self.clock())
-                )
+                try:
+                    decoded = (
+                        work.map(self.clock())
+                        if size < _INLINE_BYTES
+                        else await asyncio.to_thread(work.map, self.clock())
+                    )
+                except PushError as exc:
+                    # Found while mapping (a label value that is not UTF-8, a series that
+                    # does not parse): refused whole, before anything of it is kept.
+                    raise Refused(
+                        endpoint.protocol.status(exc.kind), str(exc.kind), exc.message
+                    ) from None
                 if work.series is None:
                     self._check_series(len(decoded.batch.keys))
+                self._check_budget(decoded)
                 self._take(decoded)
         except Refused as exc:
-            self.metrics.push_requests.labels(route, str(exc.status)).inc()
-            if exc.status >= 500 or exc.status in (401, 429):
-                log.debug("push to %s refused: %s", route, exc.message)
-            else:
-                log.warning("push to %s refused (%d): %s", route, exc.status, exc.message)
-            return _error(exc, endpoint.route)
+            return self._refused(exc, endpoint)
+        except Exception:
+            # A bug, never the sender's fault: counted like any answer, logged once here.
+            log.exception("push to %s failed", route)
+            return self._refused(Refused(500, "internal", "the push could not be taken"), endpoint)
         self.metrics.push_requests.labels(route, "204").inc()
         return web.Response(status=204)
+
+    def _refused(self, exc: Refused, endpoint: Endpoint) -> web.Response:
+        route = endpoint.route.path
+        self.metrics.push_requests.labels(route, str(exc.status)).inc()
+        if exc.status >= 500 or exc.status in (401, 429):
+            log.debug("push to %s refused: %s", route, exc.message)
+        else:
+            log.warning("push to %s refused (%d): %s", route, exc.status, exc.message)
+        return _error(exc, endpoint.route)
+
+    def _check_budget(self, decoded: Decoded) -> None:
+        if self.budget is None:
+            return
+        over = self.budget.over(decoded.batch.keys)
+        if over:
+            raise Refused(
+                413,
+                "series_limit",
+                f"the request would take the series held past push.max_series "
+                f"({self.budget.limit}) by {over}; it is refused whole",
+            )
 
     async def _read(self, request: web.Request, endpoint: Endpoint) -> tuple[int, Pending]:
         """The request checked, its body read and decoded: its size and what is to map."""

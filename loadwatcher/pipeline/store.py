@@ -57,6 +57,11 @@ class AddResult:
     offered: int = 0
     ahead_s: float = 0.0
     future_nodes: frozenset[str] = frozenset()
+    # Not in ``dropped``: a poll's overlap with the last one repeats samples on purpose.
+    # ``repeated``: at a time the series holds as its newest, or given twice; ``older``:
+    # older than the series' newest. What a push's accounting names duplicate, out_of_order.
+    repeated: int = 0
+    older: int = 0
 
 
 # Series ids: 32 bits number two billion series and halve the column beside the 64-bit
@@ -155,8 +160,8 @@ class SampleStore:
         while batches:
             result = self._add([batches.pop(0)], keep_from, latest, clock)
             results.append(replace(result, added=_empty_columns()) if was_empty else result)
-        combined = _combined(results) if results else AddResult(_empty_columns(), {})
-        return replace(combined, added=self._cols) if was_empty else combined
+        merged = combined(results) if results else AddResult(_empty_columns(), {})
+        return replace(merged, added=self._cols) if was_empty else merged
 
     def _add(
         self,
@@ -196,8 +201,17 @@ class SampleStore:
         sid, ts, val = sid[order], ts[order], val[order]
         last_of_run = np.ones(sid.shape[0], bool)
         last_of_run[:-1] = (sid[1:] != sid[:-1]) | (ts[1:] != ts[:-1])
-        fresh = last_of_run & (ts > self._newest[sid])
+        newest = self._newest[sid]
+        fresh = last_of_run & (ts > newest)
+        older = int(np.count_nonzero(ts < newest))
+        repeated = int(fresh.shape[0] - np.count_nonzero(fresh)) - older
         sid, ts, val = sid[fresh], ts[fresh], val[fresh]
+        if keep_from is not None:
+            # Older than the retention: counted here, not taken (the merge would drop it).
+            old = ts < keep_from
+            if old.any():
+                dropped["too_old"] = int(old.sum())
+                sid, ts, val = sid[~old], ts[~old], val[~old]
 
         finite = np.isfinite(val)
         negative = finite & (val < 0)
@@ -216,7 +230,7 @@ class SampleStore:
             self._cols = _merge(self._cols, added)
         else:
             self._cols = merge_trimmed(self._cols, added, keep_from, len(self._keys))
-        return AddResult(added, dropped, offered, ahead_s, future_nodes)
+        return AddResult(added, dropped, offered, ahead_s, future_nodes, repeated, older)
 
     def load(self, keys: list[tuple[str, Resource]], cols: Columns) -> None:
         """Replace the content with samples recovered from the journal: ``keys`` unique (the
@@ -274,13 +288,17 @@ class SampleStore:
             self._cols = Columns(sid, self._cols.ts, self._cols.val)
         return renumber
 
+    def holds(self, key: tuple[str, Resource]) -> bool:
+        """Whether the store has series ``key`` (a read safe beside a merge in a thread)."""
+        return key in self._index
+
     def count_new(self, keys: Iterable[tuple[str, Resource]]) -> int:
         """How many distinct ``keys`` the store does not hold yet."""
         index = self._index
         return len({key for key in keys if key not in index})
 
 
-def _combined(results: list[AddResult]) -> AddResult:
+def combined(results: list[AddResult]) -> AddResult:
     """One ``AddResult`` for several adds in a row; the lead of the future samples is the
     one of the add that refused the most of them."""
     dropped: dict[str, int] = {}
@@ -298,6 +316,8 @@ def _combined(results: list[AddResult]) -> AddResult:
         sum(r.offered for r in results),
         most_future.ahead_s,
         frozenset().union(*(r.future_nodes for r in results)),
+        sum(r.repeated for r in results),
+        sum(r.older for r in results),
     )
 
 

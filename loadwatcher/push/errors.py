@@ -20,6 +20,7 @@ class PushErrorKind(StrEnum):
     NOT_PROTOBUF = "not_protobuf"
     BAD_PRECISION = "bad_precision"
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    NO_REPLICA_LABEL = "no_replica_label"
 
 
 class PushError(LoadwatcherError):

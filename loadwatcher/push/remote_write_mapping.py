@@ -48,7 +48,8 @@ class RemoteWriteMapping:
 
     ``node_label``, ``strip_port`` and ``scale`` mean what the Prometheus provider's
     settings of those names mean. ``replica_label`` and ``cluster_label`` drive HA
-    deduplication (``ha.py``); an empty name turns that label off.
+    deduplication (``ha.py``); an empty name turns that label off. ``require_replica``
+    refuses a request with a series that lacks the replica label (deduplication on).
     ``cpu_idle_modes`` are the modes the raw CPU utilisation counts as not busy.
     """
 
@@ -61,6 +62,7 @@ class RemoteWriteMapping:
     cpu_idle_modes: tuple[str, ...] = ("idle", "iowait", "steal")
     replica_label: str = "prometheus_replica"
     cluster_label: str = "cluster"
+    require_replica: bool = False
 
     def metrics(self) -> list[str]:
         names = [self.cpu_metric, self.memory_metric]
@@ -97,6 +99,12 @@ class RemoteWriteReceiver:
         """The samples of one decoded request received at ``now`` (seconds)."""
         m = self.mapping
         sel = select(request, self.index)
+        if m.require_replica and m.replica_label and bool((sel.codes[:, 1] < 0).any()):
+            # Before the HA election or the raw counters see any of it: refused whole.
+            raise PushError(
+                PushErrorKind.NO_REPLICA_LABEL,
+                f"a series lacks the replica label {m.replica_label} (push.require_replica is on)",
+            )
         counts = {"series": sel.series, "unmatched": sel.series - len(sel)}
         lengths = sel.lengths
         counts["samples"] = int(lengths.sum())

@@ -92,10 +92,11 @@ class PushProvider:
         if polled is None:
             if errors and not taken.batches:
                 raise errors[0]
-            return FetchResult(batches=taken.batches, errors=errors)
+            return FetchResult(batches=taken.batches, errors=errors, pushed=len(taken.batches))
         return FetchResult(
             series=polled.series,
             batches=[*polled.batches, *taken.batches],
+            pushed=len(taken.batches),
             errors=[*polled.errors, *errors],
             known_nodes=polled.known_nodes,
             notices=polled.notices,

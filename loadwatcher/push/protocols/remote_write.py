@@ -32,6 +32,7 @@ def _build(settings: Settings) -> Mapper:
         raw_node_exporter=push.raw_node_exporter,
         replica_label=push.replica_label,
         cluster_label=push.cluster_label,
+        require_replica=push.require_replica,
     )
     return RemoteWriteMapper(RemoteWriteReceiver(mapping, failover_timeout_s=push.ha_failover_s))
 
@@ -56,6 +57,7 @@ PROTOCOL = PushProtocol(
         PushErrorKind.NOT_PROTOBUF: 400,
         PushErrorKind.TOO_LARGE: 413,
         PushErrorKind.UNSUPPORTED_MEDIA_TYPE: 415,
+        PushErrorKind.NO_REPLICA_LABEL: 400,
     },
     rank=1,
 )
