@@ -28,6 +28,7 @@ from loadwatcher.engine import published, restore
 from loadwatcher.engine.corroborating import CorroboratingSource
 from loadwatcher.engine.persistence import Persistence
 from loadwatcher.engine.published import Published
+from loadwatcher.engine.pushed import ahead_notice
 from loadwatcher.engine.selfmetrics import SelfMetrics, State
 from loadwatcher.engine.transitions import TransitionLog
 from loadwatcher.errors import JournalError, ProviderError, ProviderErrorKind
@@ -197,7 +198,7 @@ class Engine:
         status.ok, status.error, status.error_kind = True, None, None
         status.last_success_at = now
         status.partial_errors = [str(e) for e in result.errors]
-        status.notices = list(result.notices)
+        status.notices = [*result.notices, *ahead_notice(result, now)]
         for err in result.errors:
             self.metrics.provider_errors.labels(str(err.kind)).inc()
         # A worker thread: a cold start merges every sample of the retention.
@@ -392,9 +393,10 @@ class Engine:
                 )
             )
         # Pushed samples on their own, after the poll's: every one of them is counted,
-        # those not newer than their series' newest too (duplicate, out_of_order).
+        # kept by time (a writer whose clock runs ahead hides no other writer's samples),
+        # a time the series holds already counted as a duplicate.
         from_push = (
-            self.store.add(pushed, keep_from=keep_from, latest=latest, clock=now)
+            self.store.add(pushed, keep_from=keep_from, latest=latest, clock=now, keep_older=True)
             if pushed
             else None
         )
@@ -496,12 +498,10 @@ class Engine:
         self, added: AddResult, withdrawn: int = 0, pushed: AddResult | None = None
     ) -> None:
         self.metrics.samples_ingested.inc(len(added.added))
-        if pushed is not None:
+        if pushed is not None and pushed.repeated:
             # A poll repeats its overlap on purpose; a pushed sample that is not taken was
             # acknowledged, so it is counted: accepted = ingested + dropped.
-            for reason, n in (("duplicate", pushed.repeated), ("out_of_order", pushed.older)):
-                if n:
-                    self.metrics.samples_dropped.labels(reason).inc(n)
+            self.metrics.samples_dropped.labels("duplicate").inc(pushed.repeated)
         for reason, n in added.dropped.items():
             if n:
                 self.metrics.samples_dropped.labels(reason).inc(n)

@@ -58,10 +58,9 @@ class AddResult:
     ahead_s: float = 0.0
     future_nodes: frozenset[str] = frozenset()
     # Not in ``dropped``: a poll's overlap with the last one repeats samples on purpose.
-    # ``repeated``: at a time the series holds as its newest, or given twice; ``older``:
-    # older than the series' newest. What a push's accounting names duplicate, out_of_order.
+    # ``repeated``: not taken for its time: held already, given twice, or (without
+    # ``keep_older``) older than its series' newest. A push's accounting: duplicate.
     repeated: int = 0
-    older: int = 0
 
 
 # Series ids: 32 bits number two billion series and halve the column beside the 64-bit
@@ -132,17 +131,21 @@ class SampleStore:
         keep_from: float | None = None,
         latest: float | None = None,
         clock: float | None = None,
+        keep_older: bool = False,
     ) -> AddResult:
         """Merge new samples in; drop duplicates and values that are not a utilisation.
 
         At equal (series, time) the sample given last wins, as within one answer.
-        With ``keep_from``, samples older than it are dropped in the same pass (``trim``):
-        the result still reports every sample that was new. With ``latest``, samples later
-        than it are dropped as ``future`` before anything else looks at them; ``clock``
-        (default ``latest``) is what their lead is measured from.
-
+        With ``keep_from``, samples older than it are dropped in the same pass (``trim``)
+        and counted ``too_old``. With ``latest``, samples later than it are dropped as
+        ``future`` before anything else looks at them; ``clock`` (default ``latest``) is
+        what their lead is measured from. With ``keep_older`` (pushed samples), a sample
+        older than its series' newest is kept in time order unless the series holds that
+        time already: several writers of one series are kept by time, and one whose clock
+        runs ahead does not hide the others' samples (a poll repeats its overlap and stays
+        on the faster path, where only newer samples are taken).
         """
-        return self._add(parts, keep_from, latest, clock)
+        return self._add(parts, keep_from, latest, clock, keep_older)
 
     def add_in_turn(
         self,
@@ -169,6 +172,7 @@ class SampleStore:
         keep_from: float | None,
         latest: float | None,
         clock: float | None,
+        keep_older: bool = False,
     ) -> AddResult:
         batch = _concatenated(parts)
         dropped = {"non_finite": 0, "negative": 0, "over_100": 0}
@@ -203,8 +207,14 @@ class SampleStore:
         last_of_run[:-1] = (sid[1:] != sid[:-1]) | (ts[1:] != ts[:-1])
         newest = self._newest[sid]
         fresh = last_of_run & (ts > newest)
-        older = int(np.count_nonzero(ts < newest))
-        repeated = int(fresh.shape[0] - np.count_nonzero(fresh)) - older
+        behind = last_of_run & (ts < newest)
+        inserted = False
+        if keep_older and behind.any():
+            rows = np.flatnonzero(behind)
+            new_time = ~self._holds_time(sid[rows], ts[rows])
+            fresh[rows[new_time]] = True
+            inserted = bool(new_time.any())
+        repeated = int(fresh.shape[0] - np.count_nonzero(fresh))
         sid, ts, val = sid[fresh], ts[fresh], val[fresh]
         if keep_from is not None:
             # Older than the retention: counted here, not taken (the merge would drop it).
@@ -226,11 +236,16 @@ class SampleStore:
         added = Columns(sid[good], ts[good], val[good])
         if len(added):
             np.maximum.at(self._newest, added.sid, added.ts)
-        if keep_from is None:
+        if inserted:
+            # Some samples go before their series' newest: the general merge.
+            self._cols = _merge_anywhere(self._cols, added)
+            if keep_from is not None:
+                self._cols = _since(self._cols, keep_from)
+        elif keep_from is None:
             self._cols = _merge(self._cols, added)
         else:
             self._cols = merge_trimmed(self._cols, added, keep_from, len(self._keys))
-        return AddResult(added, dropped, offered, ahead_s, future_nodes, repeated, older)
+        return AddResult(added, dropped, offered, ahead_s, future_nodes, repeated)
 
     def load(self, keys: list[tuple[str, Resource]], cols: Columns) -> None:
         """Replace the content with samples recovered from the journal: ``keys`` unique (the
@@ -288,6 +303,19 @@ class SampleStore:
             self._cols = Columns(sid, self._cols.ts, self._cols.val)
         return renumber
 
+    def _holds_time(self, sid: IntArray, ts: FloatArray) -> BoolArray:
+        """Whether series ``sid[i]`` holds a sample at ``ts[i]`` (a few samples: those a
+        writer sent behind its series' newest)."""
+        cols = self._cols
+        lo = np.searchsorted(cols.sid, sid, "left")
+        hi = np.searchsorted(cols.sid, sid, "right")
+        out = np.zeros(sid.shape[0], bool)
+        for i, (a, b, t) in enumerate(zip(lo.tolist(), hi.tolist(), ts.tolist(), strict=True)):
+            block = cols.ts[a:b]
+            j = int(np.searchsorted(block, t))
+            out[i] = j < block.shape[0] and block[j] == t
+        return out
+
     def holds(self, key: tuple[str, Resource]) -> bool:
         """Whether the store has series ``key`` (a read safe beside a merge in a thread)."""
         return key in self._index
@@ -317,7 +345,6 @@ def combined(results: list[AddResult]) -> AddResult:
         most_future.ahead_s,
         frozenset().union(*(r.future_nodes for r in results)),
         sum(r.repeated for r in results),
-        sum(r.older for r in results),
     )
 
 
@@ -390,6 +417,14 @@ def merge_trimmed(old: Columns, new: Columns, keep_from: float, n_series: int) -
 # Beyond this many runs of equal shift (ragged arrivals, a backfill) the generic merge is
 # cheaper than a slice copy per run.
 _MAX_RUNS = 64
+
+
+def _merge_anywhere(old: Columns, new: Columns) -> Columns:
+    """``old`` and ``new`` in (series, time) order, ``new`` at times ``old`` does not hold."""
+    sid = np.concatenate([old.sid, new.sid.astype(old.sid.dtype, copy=False)])
+    ts = np.concatenate([old.ts, new.ts])
+    order = np.lexsort((ts, sid))
+    return Columns(sid[order], ts[order], np.concatenate([old.val, new.val])[order])
 
 
 def _since(cols: Columns, keep_from: float) -> Columns:
