@@ -55,7 +55,8 @@ def build_engine(settings: Settings) -> Engine:
     a = settings.analysis
     provider = registry.build_provider(settings)
     push = settings.section(push_provider.SECTION)
-    if push.receive and not isinstance(provider, PushProvider):
+    mixed = push.receive and not isinstance(provider, PushProvider)
+    if mixed:
         provider = PushProvider(
             PushBuffer(push_provider.buffer_limit(push)),
             poller=provider,
@@ -76,6 +77,7 @@ def build_engine(settings: Settings) -> Engine:
         future_tolerance_s=a.future_tolerance_s,
         max_new_series=settings.provider.max_new_series,
         cycle_interval_s=push.publish_interval_s if receiving else None,
+        one_source_per_node=mixed,
     )
     engine = Engine(
         provider,

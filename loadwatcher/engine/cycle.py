@@ -28,7 +28,7 @@ from loadwatcher.engine import published, restore
 from loadwatcher.engine.corroborating import CorroboratingSource
 from loadwatcher.engine.persistence import Persistence
 from loadwatcher.engine.published import Published
-from loadwatcher.engine.pushed import ahead_notice
+from loadwatcher.engine.pushed import SourceSplit, ahead_notice
 from loadwatcher.engine.selfmetrics import SelfMetrics, State
 from loadwatcher.engine.transitions import TransitionLog
 from loadwatcher.errors import JournalError, ProviderError, ProviderErrorKind
@@ -70,6 +70,7 @@ class Ingested:
     renumber: IntArray | None
     withdrawn: int
     pushed: AddResult | None = None  # the pushed samples' part of ``result``
+    other_source: int = 0  # polled samples of pushed nodes, set apart (SourceSplit)
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,8 @@ class EngineOptions:
     thresholds: analysis.Thresholds = field(default_factory=analysis.Thresholds)
     provider_timeout_s: float = 10.0
     corroborate_threshold_pct: float = corroboration.DEFAULT_THRESHOLD_PCT
+    # push.receive beside a poller: a node's samples come from one source (SourceSplit).
+    one_source_per_node: bool = False
     max_bad_node_share: float = health.DEFAULT_MAX_BAD_NODE_SHARE
     future_tolerance_s: float = DEFAULT_FUTURE_TOLERANCE_S
     max_new_series: int = DEFAULT_MAX_NEW_SERIES
@@ -122,6 +125,9 @@ class Engine:
         self.metrics = metrics or SelfMetrics()
         self.metrics.watch(self._metrics_state)
         self.corroborating = CorroboratingSource(corroborating) if corroborating else None
+        self._sources = (
+            SourceSplit(options.thresholds.stale_after_s) if options.one_source_per_node else None
+        )
         self._persistence = (
             Persistence(journal, self.journal_status, self.metrics) if journal else None
         )
@@ -205,6 +211,8 @@ class Engine:
         ingested = await asyncio.to_thread(self._ingest, result, now)
         added = ingested.result
         self._count_samples(added, ingested.withdrawn, ingested.pushed)
+        if ingested.other_source:
+            self.metrics.samples_dropped.labels("other_source").inc(ingested.other_source)
         self._judge_clock(added, now)
         if ingested.renumber is not None and self._persistence is not None:
             self._persistence.forget(ingested.renumber)
@@ -378,19 +386,22 @@ class Engine:
         pushed = result.batches[split:]
         # Without pushed samples, the poll's own list: a cold start empties it as it merges.
         polled = result.batches[:split] if pushed else result.batches
+        series, diverted = result.series, 0
+        if self._sources is not None:  # one source per node: the poll's share of it
+            self._sources.claim(pushed, now, self.store.newest_of_node)
+            self._sources.trim(keep_from)
+            series, polled, diverted = self._sources.divert(series, polled, keep_from, latest)
         parts: list[AddResult] = []
-        if len(polled) > 1 and not result.series and not self.store.keys:
+        if len(polled) > 1 and not series and not self.store.keys:
             # A cold start's slices: each goes (out of the result too) once merged.
             if pushed:
                 del result.batches[:split]
             parts.append(
                 self.store.add_in_turn(polled, keep_from=keep_from, latest=latest, clock=now)
             )
-        elif result.series or polled or not pushed:
+        elif series or polled or not pushed:
             parts.append(
-                self.store.add(
-                    [*result.series, *polled], keep_from=keep_from, latest=latest, clock=now
-                )
+                self.store.add([*series, *polled], keep_from=keep_from, latest=latest, clock=now)
             )
         # Pushed samples on their own, after the poll's: every one of them is counted,
         # kept by time (a writer whose clock runs ahead hides no other writer's samples),
@@ -407,7 +418,7 @@ class Engine:
             renumber = self.store.forget_idle(keep_from)
             if renumber is not None:
                 added = dataclasses.replace(added, added=renumbered(added.added, renumber))
-        return Ingested(added, renumber, withdrawn, from_push)
+        return Ingested(added, renumber, withdrawn, from_push, diverted)
 
     def _judge_clock(self, added: AddResult, now: float) -> None:
         """Most of a poll's samples ahead of the clock: the backend's clock is ahead of
@@ -428,7 +439,6 @@ class Engine:
             log.info("clock skew over: the poll's samples are no longer ahead of the clock")
 
     def _analyse(self, now: float) -> analysis.Report:
-        corroborating = self.corroborating
         return analysis.analyse(
             list(self.store.keys),
             self.store.columns,
@@ -436,11 +446,20 @@ class Engine:
             now,
             self.options.thresholds,
             self.known_nodes,
-            corroborating.disagreeing(self.store, now, self.options.corroborate_threshold_pct)
-            if corroborating is not None
-            else {},
+            self._disagreeing(now),
             untrusted=self.clock_skew[1] if self.clock_skew else (),
         )
+
+    def _disagreeing(self, now: float) -> dict[str, set[Resource]]:
+        """The corroborating provider's disagreements, and in mixed mode the poller's with
+        the pushed samples of the nodes pushes own."""
+        threshold = self.options.corroborate_threshold_pct
+        found: dict[str, set[Resource]] = {}
+        for source in (self.corroborating, self._sources):
+            if source is not None:
+                for node, resources in source.disagreeing(self.store, now, threshold).items():
+                    found.setdefault(node, set()).update(resources)
+        return found
 
     def _build_snapshot(self, now: float) -> tuple[Snapshot, bytes | None]:
         """The snapshot at ``now``, and its journal form when there is a journal."""

@@ -316,6 +316,16 @@ class SampleStore:
             out[i] = j < block.shape[0] and block[j] == t
         return out
 
+    def newest_of_node(self, node: str) -> float | None:
+        """The newest sample time of any of ``node``'s series, None without any."""
+        times = [
+            float(self._newest[sid])
+            for r in Resource
+            if (sid := self._index.get((node, r))) is not None
+        ]
+        finite = [t for t in times if t > -np.inf]
+        return max(finite) if finite else None
+
     def holds(self, key: tuple[str, Resource]) -> bool:
         """Whether the store has series ``key`` (a read safe beside a merge in a thread)."""
         return key in self._index
