@@ -238,7 +238,7 @@ class SampleStore:
             np.maximum.at(self._newest, added.sid, added.ts)
         if inserted:
             # Some samples go before their series' newest: the general merge.
-            self._cols = _merge_anywhere(self._cols, added)
+            self._cols = _merge_anywhere(self._cols, added, len(self._keys))
             if keep_from is not None:
                 self._cols = _since(self._cols, keep_from)
         elif keep_from is None:
@@ -304,16 +304,29 @@ class SampleStore:
         return renumber
 
     def _holds_time(self, sid: IntArray, ts: FloatArray) -> BoolArray:
-        """Whether series ``sid[i]`` holds a sample at ``ts[i]`` (a few samples: those a
-        writer sent behind its series' newest)."""
+        """Whether series ``sid[i]`` holds a sample at ``ts[i]`` (the samples a writer
+        sent behind its series' newest: any number, so no Python loop over them)."""
         cols = self._cols
-        lo = np.searchsorted(cols.sid, sid, "left")
-        hi = np.searchsorted(cols.sid, sid, "right")
         out = np.zeros(sid.shape[0], bool)
-        for i, (a, b, t) in enumerate(zip(lo.tolist(), hi.tolist(), ts.tolist(), strict=True)):
+        if not len(cols):
+            return out
+        scale = _Scale.of(cols, len(self._keys))
+        rows = np.flatnonzero((ts >= scale.low) & (ts <= scale.high))  # others: not held
+        if rows.size == 0:
+            return out
+        if scale.exact:
+            key = scale.key(cols.sid, cols.ts)
+            pos = np.searchsorted(key, scale.key(sid[rows], ts[rows]))
+            last = len(cols) - 1
+            for step in (-1, 0, 1):  # a rounding tie at most one off
+                at = np.clip(pos + step, 0, last)
+                out[rows] |= (cols.sid[at] == sid[rows]) & (cols.ts[at] == ts[rows])
+            return out
+        for i in rows.tolist():  # times too far apart for one float key: per sample
+            a, b = np.searchsorted(cols.sid, [sid[i], sid[i] + 1])
             block = cols.ts[a:b]
-            j = int(np.searchsorted(block, t))
-            out[i] = j < block.shape[0] and block[j] == t
+            j = int(np.searchsorted(block, ts[i]))
+            out[i] = j < block.shape[0] and block[j] == ts[i]
         return out
 
     def newest_of_node(self, node: str) -> float | None:
@@ -429,12 +442,55 @@ def merge_trimmed(old: Columns, new: Columns, keep_from: float, n_series: int) -
 _MAX_RUNS = 64
 
 
-def _merge_anywhere(old: Columns, new: Columns) -> Columns:
-    """``old`` and ``new`` in (series, time) order, ``new`` at times ``old`` does not hold."""
+def _merge_anywhere(old: Columns, new: Columns, n_series: int) -> Columns:
+    """``old`` and ``new`` (both in (series, time) order, ``new`` at times ``old`` does not
+    hold) in (series, time) order: inserted by one float key where it is exact, else
+    sorted."""
+    if len(old) and len(new):
+        both = Columns(
+            np.concatenate([old.sid[:1], new.sid.astype(old.sid.dtype, copy=False)]),
+            np.concatenate([[old.ts.min(), old.ts.max()], new.ts]),
+            np.empty(0),
+        )
+        scale = _Scale.of(Columns(both.sid, both.ts, both.ts), n_series)
+        if scale.exact:
+            at = np.searchsorted(scale.key(old.sid, old.ts), scale.key(new.sid, new.ts))
+            merged = Columns(
+                np.insert(old.sid, at, new.sid),
+                np.insert(old.ts, at, new.ts),
+                np.insert(old.val, at, new.val),
+            )
+            step, later = np.diff(merged.sid), np.diff(merged.ts)
+            if ((step > 0) | ((step == 0) & (later > 0))).all():
+                return merged
     sid = np.concatenate([old.sid, new.sid.astype(old.sid.dtype, copy=False)])
     ts = np.concatenate([old.ts, new.ts])
     order = np.lexsort((ts, sid))
     return Columns(sid[order], ts[order], np.concatenate([old.val, new.val])[order])
+
+
+@dataclass(frozen=True)
+class _Scale:
+    """One float key per (series, time), in the columns' order: ``sid · width + (ts −
+    low)``, ``width`` past the span of the times. ``exact`` while the key's spacing at its
+    largest stays far below any two distinct sample times (a microsecond)."""
+
+    low: float
+    high: float
+    width: float
+    exact: bool
+
+    @staticmethod
+    def of(cols: Columns, n_series: int) -> _Scale:
+        low, high = float(cols.ts.min()), float(cols.ts.max())
+        width = high - low + 1.0
+        top = (n_series + 1) * width
+        exact = bool(np.isfinite(top)) and float(np.spacing(top)) < 1e-6
+        return _Scale(low, high, width, exact)
+
+    def key(self, sid: Any, ts: FloatArray) -> FloatArray:
+        out: FloatArray = sid.astype(np.float64) * self.width + (ts - self.low)
+        return out
 
 
 def _since(cols: Columns, keep_from: float) -> Columns:
