@@ -140,3 +140,26 @@ async def _steps(steps: list[tuple[bool, list[int]]]) -> None:
             late = [(ts, v) for ts, v in held(engine, "n") if ts > taken_after]
             assert all(v == 10.0 for _, v in late), late
     await engine.wait_idle_work()
+
+
+async def test_a_poll_over_the_new_series_cap_is_dropped_alone_beside_pushes() -> None:
+    """Issue 26 row 1, mixed: the cycle's provider.max_new_series refuses the poll, never
+    the pushed samples of the same cycle, which were answered 204 already."""
+    mono, poller, buffer, now = Clock(), FakePoller(), PushBuffer(1000), [T]
+    provider = PushProvider(buffer, poller, poll_interval_s=15.0, monotonic=mono)
+    options = EngineOptions(
+        poll_interval_s=15.0,
+        retention_s=3600.0,
+        cycle_interval_s=2.0,
+        one_source_per_node=True,
+        max_new_series=5,
+    )
+    engine = Engine(provider, None, options, METRIC_NAMES, clock=lambda: now[0])
+    poller.answers.append(poll(*((f"polled-{i}", [(T - 1, 50.0)]) for i in range(10))))
+    buffer.put(batch("pushed", (T - 1, 10.0)))
+    await engine.cycle(T)
+    assert engine.current is not None
+    assert set(engine.current.snapshot.nodes) == {"pushed"}
+    assert engine.provider_status.ok
+    assert any("provider.max_new_series (5)" in e for e in engine.provider_status.partial_errors)
+    assert engine.metrics.registry.get_sample_value("loadwatcher_samples_ingested_total") == 1
