@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The push receiver's memory under hostile writers (issue 26): RSS of the real service.
+"""The push receiver's memory under hostile writers: RSS of the real service.
 
     python benchmarks/push_bounds.py           # ~3 min on a 2-core machine
     python benchmarks/push_bounds.py --quick   # a smoke run (< 1 min), not a measurement

@@ -118,17 +118,17 @@ SECTION = Section(
             "label telling HA pairs apart (each elects its own replica); empty for one pair",
         ),
         Spec(
-            "push.ha_failover_s",
-            parse.positive_seconds,
-            30.0,
-            "silence of the elected replica after which another one is accepted",
-        ),
-        Spec(
             "push.require_replica",
             parse.boolean,
             False,
             "with HA deduplication on (push.replica_label), refuse (400) a remote write "
             "with a series that lacks the replica label",
+        ),
+        Spec(
+            "push.ha_failover_s",
+            parse.positive_seconds,
+            30.0,
+            "silence of the elected replica after which another one is accepted",
         ),
     ),
 )

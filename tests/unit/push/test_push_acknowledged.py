@@ -1,4 +1,4 @@
-"""A 204 means kept (issue 26): every limit is applied to the request before it is answered,
+"""A 204 means kept: every limit is applied to the request before it is answered,
 no cycle-level cap refuses what was acknowledged, a body that can never succeed is a 400,
 and the counters add up: ``push_samples_total{outcome="accepted"}`` = ``samples_ingested``
 + ``samples_dropped{reason}``, whatever is pushed in whatever order.
@@ -54,7 +54,7 @@ def nodes(prefix: str, n: int, at: float = T) -> list[Any]:
 async def test_requests_of_many_new_series_in_one_cycle_lose_nothing_acknowledged(
     aiohttp_client: Any,
 ) -> None:
-    """Row 1: three requests of new series within one cycle, over the cycle's own cap of
+    """Three requests of new series within one cycle, over the cycle's own cap of
     new series (provider.max_new_series), while another writer pushes its one node: every
     sample answered 204 is published, the other writer's too."""
     svc = await start(aiohttp_client, {"LOADWATCHER_PROVIDER_MAX_NEW_SERIES": "100"})
@@ -74,7 +74,7 @@ async def test_requests_of_many_new_series_in_one_cycle_lose_nothing_acknowledge
 async def test_past_push_max_series_a_request_is_refused_whole_at_the_request(
     aiohttp_client: Any,
 ) -> None:
-    """Row 4's bound: a writer inventing node names is refused (413, naming
+    """A writer inventing node names is refused (413, naming
     push.max_series) once the series held would pass it, nothing of that request kept;
     writers of known series go on."""
     svc = await start(aiohttp_client, {"LOADWATCHER_PUSH_MAX_SERIES": "300"})
@@ -98,7 +98,7 @@ async def test_past_push_max_series_a_request_is_refused_whole_at_the_request(
 
 
 async def test_a_body_that_cannot_be_mapped_is_a_400_refused_whole(aiohttp_client: Any) -> None:
-    """Row 5: a label value that is not UTF-8, or a series protobuf cannot parse, is a 400
+    """A label value that is not UTF-8, or a series protobuf cannot parse, is a 400
     naming it (never a 500), counted; the request's good series are not kept either."""
     svc = await start(aiohttp_client)
     good = node("good", 0.5, 0.5)
@@ -135,7 +135,7 @@ async def _message(svc: Service, body: bytes) -> str:
 async def test_too_old_and_seconds_sent_as_nanoseconds_are_dropped_with_a_reason(
     aiohttp_client: Any,
 ) -> None:
-    """Row 7: a sample older than the retention, and seconds sent with precision=ns (1970),
+    """A sample older than the retention, and seconds sent with precision=ns (1970),
     are counted as too_old, not silently discarded."""
     svc = await start(aiohttp_client)
     assert await svc.rw(*node("old", 0.5, 0.5, T - 5000)) == 204
@@ -167,7 +167,7 @@ async def test_a_retried_push_is_counted_and_an_older_sample_kept(
 async def test_push_require_replica_refuses_series_without_the_replica_label(
     aiohttp_client: Any,
 ) -> None:
-    """Row 10, with push.require_replica: a push without the replica label (or with an
+    """With push.require_replica, a push without the replica label (or with an
     empty one) is a 400 while deduplication is on; one with it is taken."""
     svc = await start(aiohttp_client, {"LOADWATCHER_PUSH_REQUIRE_REPLICA": "true"})
     labels = {"instance": "n1:9100", "prometheus_replica": "a"}
@@ -179,6 +179,28 @@ async def test_push_require_replica_refuses_series_without_the_replica_label(
     # Off (the default), the same push is taken beside the elected replica, as documented.
     other = await start(aiohttp_client)
     assert await other.rw((CPU, {"instance": "n1:9100"}, [(T, 0.5)])) == 204
+
+
+async def test_discards_at_the_receiver_are_not_accepted_and_the_sum_holds(
+    aiohttp_client: Any,
+) -> None:
+    """Series without a node label, another replica of an elected HA pair, a series
+    without the replica label (deduplication on, not required): each sample is accepted or
+    discarded with a reason at the receiver, and the accepted ones add up at the store."""
+    svc = await start(aiohttp_client)
+    no_node = [(CPU, {"junk": "x" * 100}, [(T, 0.5)])]
+    a = {"instance": "n1:9100", "prometheus_replica": "a", "cluster": "c1"}
+    b = {**a, "prometheus_replica": "b"}
+    plain = {"instance": "n2:9100"}
+    assert await svc.rw(*no_node) == 204
+    assert await svc.rw((CPU, a, [(T, 0.5)])) == 204
+    assert await svc.rw((CPU, b, [(T, 0.6)])) == 204
+    assert await svc.rw((CPU, plain, [(T, 0.7)])) == 204
+    await svc.engine.cycle(T + 1)
+    assert svc.pushed("no_node") == 1 and svc.pushed("ha_non_elected") == 1
+    assert svc.pushed("received") == 4 and svc.pushed("accepted") == 2
+    assert set(await svc.watcher()) == {"n1", "n2"}
+    assert_counts_add_up(svc)
 
 
 # -- the sum, under any order of pushes and cycles --------------------------------------

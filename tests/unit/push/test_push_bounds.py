@@ -1,4 +1,4 @@
-"""What the receiver keeps is bounded whatever writers send (issue 26, point 2), checked
+"""What the receiver keeps is bounded whatever writers send, checked
 on the data structures' own accounting, not by timing: the series index by bytes, the HA
 tracker by count (least recently seen forgotten first), the raw-series state by nodes.
 (The store's bound, push.max_series, is checked over HTTP in test_push_acknowledged.)"""

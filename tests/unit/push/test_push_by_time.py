@@ -1,4 +1,4 @@
-"""Pushed samples are kept by time (issue 26, point 4): a writer whose clock runs ahead
+"""Pushed samples are kept by time: a writer whose clock runs ahead
 cannot hide another writer's samples of the same series, its nodes are named in health,
 and samples beyond the future tolerance are dropped as ``future``."""
 
@@ -18,7 +18,7 @@ from loadwatcher.pipeline.store import SampleStore
 async def test_a_writer_ahead_hides_no_other_writers_samples_and_is_named(
     aiohttp_client: Any,
 ) -> None:
-    """Row 6: a second writer's clock is 50 s ahead (within analysis.future_tolerance_s,
+    """A second writer's clock is 50 s ahead (within analysis.future_tolerance_s,
     60 s); the correct writer's later samples are kept, not discarded as older than the
     newest; health names the node; a sample beyond the tolerance is dropped as future."""
     svc = await start(aiohttp_client)
@@ -45,6 +45,15 @@ async def test_a_writer_ahead_hides_no_other_writers_samples_and_is_named(
     await svc.engine.cycle(T + 8.5)
     reasons = svc.engine.health(T + 8.5).body["reasons"]
     assert not any(r.startswith("pushed samples ahead") for r in reasons)
+    # Every acknowledged sample is ingested or dropped with a reason.
+    dropped = sum(
+        s.value
+        for family in svc.engine.metrics.registry.collect()
+        if family.name == "loadwatcher_samples_dropped"
+        for s in family.samples
+        if s.name.endswith("_total")
+    )
+    assert svc.pushed("accepted") == svc.metric("loadwatcher_samples_ingested_total") + dropped
 
 
 ADDS = st.lists(

@@ -1,4 +1,4 @@
-"""Mixed mode (``push.receive`` beside a poller, issue 26 point 5): a node's samples come
+"""Mixed mode (``push.receive`` beside a poller): a node's samples come
 from one source, never a blend. A node is the pushers' from its first pushed sample on,
 while it keeps being pushed; the poller's samples of it from then on are counted
 (``other_source``) and compared, and a disagreement beyond ``corroborate.threshold_pct``
@@ -143,7 +143,7 @@ async def _steps(steps: list[tuple[bool, list[int]]]) -> None:
 
 
 async def test_a_poll_over_the_new_series_cap_is_dropped_alone_beside_pushes() -> None:
-    """Issue 26 row 1, mixed: the cycle's provider.max_new_series refuses the poll, never
+    """Many new series, mixed: the cycle's provider.max_new_series refuses the poll, never
     the pushed samples of the same cycle, which were answered 204 already."""
     mono, poller, buffer, now = Clock(), FakePoller(), PushBuffer(1000), [T]
     provider = PushProvider(buffer, poller, poll_interval_s=15.0, monotonic=mono)

@@ -185,3 +185,43 @@ def test_the_declared_routes_are_the_ones_the_service_serves() -> None:
     assert receiver is not None
     assert receiver.paths == protocol.writer_paths()
     assert receiver.paths == {"/api/v1/write", "/write", "/api/v2/write"}
+
+
+class FailingMapper(CsvMapper):
+    def read(self, body: bytes, request: PushRequest, max_decoded_bytes: int) -> Pending:
+        def work(now: float) -> Decoded:
+            raise RuntimeError("a bug in a mapping")
+
+        return Pending(1, work)
+
+
+async def test_a_fault_of_the_service_is_a_counted_500_without_a_traceback(
+    aiohttp_client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    failing = PushProtocol(
+        name="failing",
+        title="failing",
+        routes=(Route("/api/failing", "", "text/plain", frozenset({""}), " none"),),
+        sections=(),
+        build=lambda settings: FailingMapper(),
+        statuses={},
+    )
+    protocol.register(failing)
+    try:
+        config = settings({"METRICS_PROVIDER_NAME": "push"})
+        engine = app.build_engine(config)
+        receiver = app.build_receiver(config, engine)
+        assert receiver is not None
+        client = await aiohttp_client(api.make_app(engine, receiver=receiver))
+        resp = await client.post("/api/failing", data=b"x")
+        assert resp.status == 500
+        assert await resp.json() == {"error": "internal", "message": "the push could not be taken"}
+        assert (
+            engine.metrics.registry.get_sample_value(
+                "loadwatcher_push_requests_total", {"route": "/api/failing", "status": "500"}
+            )
+            == 1
+        )
+        assert "a bug in a mapping" in caplog.text  # the cause is logged, not answered
+    finally:
+        protocol.unregister("failing")
