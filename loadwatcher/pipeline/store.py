@@ -25,6 +25,7 @@ import numpy as np
 
 from loadwatcher._types import BoolArray
 from loadwatcher.model import Columns, FloatArray, IntArray, Resource, Series, SeriesBatch
+from loadwatcher.pipeline import bytime
 
 # Utilisation above 100 % happens by rounding in exporters; beyond this it is a bad sample.
 OVER_100_TOLERANCE = 1.0
@@ -211,7 +212,7 @@ class SampleStore:
         inserted = False
         if keep_older and behind.any():
             rows = np.flatnonzero(behind)
-            new_time = ~self._holds_time(sid[rows], ts[rows])
+            new_time = ~bytime.holds(self._cols, len(self._keys), sid[rows], ts[rows])
             fresh[rows[new_time]] = True
             inserted = bool(new_time.any())
         repeated = int(fresh.shape[0] - np.count_nonzero(fresh))
@@ -238,7 +239,7 @@ class SampleStore:
             np.maximum.at(self._newest, added.sid, added.ts)
         if inserted:
             # Some samples go before their series' newest: the general merge.
-            self._cols = _merge_anywhere(self._cols, added, len(self._keys))
+            self._cols = bytime.merge(self._cols, added, len(self._keys))
             if keep_from is not None:
                 self._cols = _since(self._cols, keep_from)
         elif keep_from is None:
@@ -302,32 +303,6 @@ class SampleStore:
             sid = renumber[self._cols.sid].astype(SID)
             self._cols = Columns(sid, self._cols.ts, self._cols.val)
         return renumber
-
-    def _holds_time(self, sid: IntArray, ts: FloatArray) -> BoolArray:
-        """Whether series ``sid[i]`` holds a sample at ``ts[i]`` (the samples a writer
-        sent behind its series' newest: any number, so no Python loop over them)."""
-        cols = self._cols
-        out = np.zeros(sid.shape[0], bool)
-        if not len(cols):
-            return out
-        scale = _Scale.of(cols, len(self._keys))
-        rows = np.flatnonzero((ts >= scale.low) & (ts <= scale.high))  # others: not held
-        if rows.size == 0:
-            return out
-        if scale.exact:
-            key = scale.key(cols.sid, cols.ts)
-            pos = np.searchsorted(key, scale.key(sid[rows], ts[rows]))
-            last = len(cols) - 1
-            for step in (-1, 0, 1):  # a rounding tie at most one off
-                at = np.clip(pos + step, 0, last)
-                out[rows] |= (cols.sid[at] == sid[rows]) & (cols.ts[at] == ts[rows])
-            return out
-        for i in rows.tolist():  # times too far apart for one float key: per sample
-            a, b = np.searchsorted(cols.sid, [sid[i], sid[i] + 1])
-            block = cols.ts[a:b]
-            j = int(np.searchsorted(block, ts[i]))
-            out[i] = j < block.shape[0] and block[j] == ts[i]
-        return out
 
     def newest_of_node(self, node: str) -> float | None:
         """The newest sample time of any of ``node``'s series, None without any."""
@@ -440,57 +415,6 @@ def merge_trimmed(old: Columns, new: Columns, keep_from: float, n_series: int) -
 # Beyond this many runs of equal shift (ragged arrivals, a backfill) the generic merge is
 # cheaper than a slice copy per run.
 _MAX_RUNS = 64
-
-
-def _merge_anywhere(old: Columns, new: Columns, n_series: int) -> Columns:
-    """``old`` and ``new`` (both in (series, time) order, ``new`` at times ``old`` does not
-    hold) in (series, time) order: inserted by one float key where it is exact, else
-    sorted."""
-    if len(old) and len(new):
-        both = Columns(
-            np.concatenate([old.sid[:1], new.sid.astype(old.sid.dtype, copy=False)]),
-            np.concatenate([[old.ts.min(), old.ts.max()], new.ts]),
-            np.empty(0),
-        )
-        scale = _Scale.of(Columns(both.sid, both.ts, both.ts), n_series)
-        if scale.exact:
-            at = np.searchsorted(scale.key(old.sid, old.ts), scale.key(new.sid, new.ts))
-            merged = Columns(
-                np.insert(old.sid, at, new.sid),
-                np.insert(old.ts, at, new.ts),
-                np.insert(old.val, at, new.val),
-            )
-            step, later = np.diff(merged.sid), np.diff(merged.ts)
-            if ((step > 0) | ((step == 0) & (later > 0))).all():
-                return merged
-    sid = np.concatenate([old.sid, new.sid.astype(old.sid.dtype, copy=False)])
-    ts = np.concatenate([old.ts, new.ts])
-    order = np.lexsort((ts, sid))
-    return Columns(sid[order], ts[order], np.concatenate([old.val, new.val])[order])
-
-
-@dataclass(frozen=True)
-class _Scale:
-    """One float key per (series, time), in the columns' order: ``sid · width + (ts −
-    low)``, ``width`` past the span of the times. ``exact`` while the key's spacing at its
-    largest stays far below any two distinct sample times (a microsecond)."""
-
-    low: float
-    high: float
-    width: float
-    exact: bool
-
-    @staticmethod
-    def of(cols: Columns, n_series: int) -> _Scale:
-        low, high = float(cols.ts.min()), float(cols.ts.max())
-        width = high - low + 1.0
-        top = (n_series + 1) * width
-        exact = bool(np.isfinite(top)) and float(np.spacing(top)) < 1e-6
-        return _Scale(low, high, width, exact)
-
-    def key(self, sid: Any, ts: FloatArray) -> FloatArray:
-        out: FloatArray = sid.astype(np.float64) * self.width + (ts - self.low)
-        return out
 
 
 def _since(cols: Columns, keep_from: float) -> Columns:
