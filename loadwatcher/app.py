@@ -23,8 +23,6 @@ from loadwatcher.http import api, edge
 from loadwatcher.http.security import TlsReloader, TokenFile
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.pipeline import analysis
-from loadwatcher.providers import influxdb as influxdb_provider
-from loadwatcher.providers import prometheus as prometheus_provider
 from loadwatcher.providers import push as push_provider
 from loadwatcher.providers import registry
 from loadwatcher.providers.push.buffer import PushBuffer
@@ -57,7 +55,8 @@ def build_engine(settings: Settings) -> Engine:
     a = settings.analysis
     provider = registry.build_provider(settings)
     push = settings.section(push_provider.SECTION)
-    if push.receive and not isinstance(provider, PushProvider):
+    mixed = push.receive and not isinstance(provider, PushProvider)
+    if mixed:
         provider = PushProvider(
             PushBuffer(push_provider.buffer_limit(push)),
             poller=provider,
@@ -78,6 +77,7 @@ def build_engine(settings: Settings) -> Engine:
         future_tolerance_s=a.future_tolerance_s,
         max_new_series=settings.provider.max_new_series,
         cycle_interval_s=push.publish_interval_s if receiving else None,
+        one_source_per_node=mixed,
     )
     engine = Engine(
         provider,
@@ -99,40 +99,11 @@ def build_receiver(settings: Settings, engine: Engine) -> push_http.Receiver | N
         return None
     # Imported only when receiving: a polling service's start does not pay for them.
     from loadwatcher.http import push as push_http
-    from loadwatcher.providers.influxdb.telegraf import parse_tag_filter
-    from loadwatcher.push.mapping import (
-        LineProtocolMapping,
-        RemoteWriteMapping,
-        RemoteWriteReceiver,
-    )
+    from loadwatcher.providers.push.series import SeriesBudget
+    from loadwatcher.push.protocol import protocols
 
     push = settings.section(push_provider.SECTION)
-    prom = settings.section(prometheus_provider.SECTION)
-    influx = settings.section(influxdb_provider.SECTION)
-    remote = RemoteWriteReceiver(
-        RemoteWriteMapping(
-            cpu_metric=prom.cpu_query,
-            memory_metric=prom.memory_query,
-            node_label=prom.node_label,
-            strip_port=prom.strip_port,
-            scale=prom.scale,
-            raw_node_exporter=push.raw_node_exporter,
-            replica_label=push.replica_label,
-            cluster_label=push.cluster_label,
-        ),
-        failover_timeout_s=push.ha_failover_s,
-    )
-    line = LineProtocolMapping(
-        host_tag=influx.host_tag,
-        cpu_measurement=influx.cpu_measurement,
-        cpu_field=influx.cpu_field,
-        cpu_field_is_idle=influx.cpu_field_is_idle,
-        cpu_tags=tuple(parse_tag_filter(influx.cpu_filter)),
-        memory_measurement=influx.memory_measurement,
-        memory_field=influx.memory_field,
-        memory_tags=tuple(parse_tag_filter(influx.memory_filter)),
-        scale=influx.scale,
-    )
+    mappers = [(protocol, protocol.build(settings)) for protocol in protocols()]
     limits = push_http.Limits(
         push.max_body_bytes,
         push.max_series_per_request,
@@ -141,10 +112,18 @@ def build_receiver(settings: Settings, engine: Engine) -> push_http.Receiver | N
     )
     tokens = TokenFile(push.token_file) if push.token_file else None
     receiver = push_http.Receiver(
-        provider.buffer, remote, line, limits, engine.metrics, tokens, clock=engine.clock
+        provider.buffer,
+        mappers,
+        limits,
+        engine.metrics,
+        tokens,
+        clock=engine.clock,
+        budget=SeriesBudget(push.max_series, engine.store),
     )
 
     def published() -> None:
+        if receiver.budget is not None:
+            receiver.budget.settle()
         arrival = provider.last_oldest_arrival
         if arrival is not None:
             engine.metrics.push_publish_lag.observe(time.monotonic() - arrival)

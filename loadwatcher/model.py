@@ -183,6 +183,8 @@ class FetchResult:
     ``names``: per resource, the expression that produced the values, where it is not the
     configured one (the wire ``name``).
     ``batches``: more raw samples like ``series``, many series per batch (bulk parsers).
+    ``pushed``: how many of the last ``batches`` are pushed samples, answered 204 already:
+    no cap of the cycle may refuse them, and each one's fate is counted.
     """
 
     series: list[Series] = field(default_factory=list)
@@ -193,6 +195,7 @@ class FetchResult:
     batches: list[SeriesBatch] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     names: dict[Resource, str] = field(default_factory=dict)
+    pushed: int = 0
 
 
 @dataclass(frozen=True)

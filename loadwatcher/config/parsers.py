@@ -192,3 +192,18 @@ def byte_size(text: str) -> int:
         raise expected(what, text)
     value = int(match[1]) * _UNITS[(match[2] or "").upper()]
     return _within(value, text, what, lambda v: v >= 1)
+
+
+def tag_filter(text: str) -> tuple[tuple[str, str], ...]:
+    """``"cpu=cpu-total,dc=eu"`` -> ``(("cpu", "cpu-total"), ("dc", "eu"))``; ``""`` -> ``()``.
+
+    Here, below the InfluxDB provider and the line-protocol receiver, which both read it."""
+    pairs = []
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        tag, sep, value = part.partition("=")
+        if not sep or not tag.strip() or not value.strip():
+            raise ValueError(f"expected tag=value, got {part!r}")
+        pairs.append((tag.strip(), value.strip()))
+    return tuple(pairs)

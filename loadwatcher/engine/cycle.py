@@ -28,6 +28,7 @@ from loadwatcher.engine import freshness, published, restore
 from loadwatcher.engine.corroborating import CorroboratingSource
 from loadwatcher.engine.persistence import Persistence
 from loadwatcher.engine.published import Published
+from loadwatcher.engine.pushed import SourceSplit, ahead_notice
 from loadwatcher.engine.selfmetrics import SelfMetrics, State
 from loadwatcher.engine.transitions import TransitionLog
 from loadwatcher.errors import JournalError, ProviderError, ProviderErrorKind
@@ -36,7 +37,7 @@ from loadwatcher.model import Columns, FetchResult, IntArray, Resource, Summary
 from loadwatcher.pipeline import ageing, analysis, corroboration, health, snapshot, summary
 from loadwatcher.pipeline.analysis import Quality
 from loadwatcher.pipeline.snapshot import Snapshot
-from loadwatcher.pipeline.store import AddResult, SampleStore
+from loadwatcher.pipeline.store import AddResult, SampleStore, combined
 from loadwatcher.providers.base import Provider, Summarizing
 from loadwatcher.words import plural
 
@@ -68,6 +69,8 @@ class Ingested:
     result: AddResult
     renumber: IntArray | None
     withdrawn: int
+    pushed: AddResult | None = None  # the pushed samples' part of ``result``
+    other_source: int = 0  # polled samples of pushed nodes, set apart (SourceSplit)
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,8 @@ class EngineOptions:
     thresholds: analysis.Thresholds = field(default_factory=analysis.Thresholds)
     provider_timeout_s: float = 10.0
     corroborate_threshold_pct: float = corroboration.DEFAULT_THRESHOLD_PCT
+    # push.receive beside a poller: a node's samples come from one source (SourceSplit).
+    one_source_per_node: bool = False
     max_bad_node_share: float = health.DEFAULT_MAX_BAD_NODE_SHARE
     future_tolerance_s: float = DEFAULT_FUTURE_TOLERANCE_S
     max_new_series: int = DEFAULT_MAX_NEW_SERIES
@@ -121,6 +126,9 @@ class Engine:
         self.metrics = metrics or SelfMetrics()
         self.metrics.watch(self._metrics_state)
         self.corroborating = CorroboratingSource(corroborating) if corroborating else None
+        self._sources = (
+            SourceSplit(options.thresholds.stale_after_s) if options.one_source_per_node else None
+        )
         self._persistence = (
             Persistence(journal, self.journal_status, self.metrics) if journal else None
         )
@@ -185,7 +193,7 @@ class Engine:
         if isinstance(outcome, BaseException) and not isinstance(outcome, ProviderError):
             raise outcome
         if not isinstance(outcome, ProviderError):
-            outcome = self._too_many_new_series(outcome) or outcome
+            outcome = self._cap_new_series(outcome)
         if isinstance(outcome, ProviderError):
             status.ok, status.error, status.error_kind = False, str(outcome), str(outcome.kind)
             self.metrics.provider_errors.labels(str(outcome.kind)).inc()
@@ -200,7 +208,7 @@ class Engine:
         status.ok, status.error, status.error_kind = True, None, None
         status.last_success_at = now
         status.partial_errors = [str(e) for e in result.errors]
-        status.notices = list(result.notices)
+        status.notices = [*result.notices, *ahead_notice(result, now)]
         status.notes = list(result.notes)
         # The wire name is the expression that produced the values (a fallback's, say).
         self.metric_names = {**self._configured_names, **result.names}
@@ -209,7 +217,9 @@ class Engine:
         # A worker thread: a cold start merges every sample of the retention.
         ingested = await asyncio.to_thread(self._ingest, result, now)
         added = ingested.result
-        self._count_samples(added, ingested.withdrawn)
+        self._count_samples(added, ingested.withdrawn, ingested.pushed)
+        if ingested.other_source:
+            self.metrics.samples_dropped.labels("other_source").inc(ingested.other_source)
         self._judge_clock(added, now)
         if ingested.renumber is not None and self._persistence is not None:
             self._persistence.forget(ingested.renumber)
@@ -349,20 +359,28 @@ class Engine:
             delay = max(0.0, math.ceil(now + delay - _ALIGN_S - 0.5) + _ALIGN_S - now)
         return delay
 
-    def _too_many_new_series(self, result: FetchResult) -> ProviderError | None:
-        """The error for a poll that would add more series than ``max_new_series``."""
+    def _cap_new_series(self, result: FetchResult) -> FetchResult | ProviderError:
+        """A poll that would add more series than ``max_new_series`` refused: the error,
+        or, beside pushed samples, the pushed samples alone with the error as a partial one.
+        Pushed samples were answered 204 already: their bounds are the receiver's, at the
+        request (``push.max_series``), never this cap's."""
         cap = self.options.max_new_series
+        polled = result.batches[: len(result.batches) - result.pushed]
         keys = [(s.node, s.resource) for s in result.series]
-        if len(keys) + sum(len(b.keys) for b in result.batches) <= cap:
-            return None  # cannot be over: spare the lookups
-        new = self.store.count_new(itertools.chain(keys, *(b.keys for b in result.batches)))
+        if len(keys) + sum(len(b.keys) for b in polled) <= cap:
+            return result  # cannot be over: spare the lookups
+        new = self.store.count_new(itertools.chain(keys, *(b.keys for b in polled)))
         if new <= cap:
-            return None
-        return ProviderError(
+            return result
+        error = ProviderError(
             ProviderErrorKind.TOO_LARGE,
             f"the answer would add {plural(new, 'series', 'series')}, more than "
             f"provider.max_new_series ({cap}); refused, serving the last snapshot",
         )
+        if not result.pushed:
+            return error
+        pushed = result.batches[len(result.batches) - result.pushed :]
+        return FetchResult(batches=pushed, errors=[*result.errors, error], pushed=len(pushed))
 
     def _ingest(self, result: FetchResult, now: float) -> Ingested:
         """Merge a poll in: samples ahead of the clock refused (and those held that the
@@ -371,22 +389,43 @@ class Engine:
         keep_from = now - self.options.retention_s
         latest = now + self.options.future_tolerance_s
         withdrawn = self.store.forget_after(latest)
-        if len(result.batches) > 1 and not result.series and not self.store.keys:
+        split = len(result.batches) - result.pushed
+        pushed = result.batches[split:]
+        # Without pushed samples, the poll's own list: a cold start empties it as it merges.
+        polled = result.batches[:split] if pushed else result.batches
+        series, diverted = result.series, 0
+        if self._sources is not None:  # one source per node: the poll's share of it
+            self._sources.claim(pushed, now, self.store.newest_of_node)
+            self._sources.trim(keep_from)
+            series, polled, diverted = self._sources.divert(series, polled, keep_from, latest)
+        parts: list[AddResult] = []
+        if len(polled) > 1 and not series and not self.store.keys:
             # A cold start's slices: each goes (out of the result too) once merged.
-            added = self.store.add_in_turn(
-                result.batches, keep_from=keep_from, latest=latest, clock=now
+            if pushed:
+                del result.batches[:split]
+            parts.append(
+                self.store.add_in_turn(polled, keep_from=keep_from, latest=latest, clock=now)
             )
-        else:
-            added = self.store.add(
-                [*result.series, *result.batches], keep_from=keep_from, latest=latest, clock=now
+        elif series or polled or not pushed:
+            parts.append(
+                self.store.add([*series, *polled], keep_from=keep_from, latest=latest, clock=now)
             )
+        # Pushed samples on their own, after the poll's: every one of them is counted,
+        # kept by time (a writer whose clock runs ahead hides no other writer's samples),
+        # a time the series holds already counted as a duplicate.
+        from_push = (
+            self.store.add(pushed, keep_from=keep_from, latest=latest, clock=now, keep_older=True)
+            if pushed
+            else None
+        )
+        added = combined([*parts, *([from_push] if from_push else [])])
         idle = self.store.idle_series(keep_from)
         renumber = None
         if idle and idle >= _FORGET_SHARE * len(self.store.keys):
             renumber = self.store.forget_idle(keep_from)
             if renumber is not None:
                 added = dataclasses.replace(added, added=renumbered(added.added, renumber))
-        return Ingested(added, renumber, withdrawn)
+        return Ingested(added, renumber, withdrawn, from_push, diverted)
 
     def _judge_clock(self, added: AddResult, now: float) -> None:
         """Most of a poll's samples ahead of the clock: the backend's clock is ahead of
@@ -407,7 +446,6 @@ class Engine:
             log.info("clock skew over: the poll's samples are no longer ahead of the clock")
 
     def _analyse(self, now: float) -> analysis.Report:
-        corroborating = self.corroborating
         return analysis.analyse(
             list(self.store.keys),
             self.store.columns,
@@ -415,11 +453,20 @@ class Engine:
             now,
             self.options.thresholds,
             self.known_nodes,
-            corroborating.disagreeing(self.store, now, self.options.corroborate_threshold_pct)
-            if corroborating is not None
-            else {},
+            self._disagreeing(now),
             untrusted=self.clock_skew[1] if self.clock_skew else (),
         )
+
+    def _disagreeing(self, now: float) -> dict[str, set[Resource]]:
+        """The corroborating provider's disagreements, and in mixed mode the poller's with
+        the pushed samples of the nodes pushes own."""
+        threshold = self.options.corroborate_threshold_pct
+        found: dict[str, set[Resource]] = {}
+        for source in (self.corroborating, self._sources):
+            if source is not None:
+                for node, resources in source.disagreeing(self.store, now, threshold).items():
+                    found.setdefault(node, set()).update(resources)
+        return found
 
     def _build_snapshot(self, now: float) -> tuple[Snapshot, bytes | None]:
         """The snapshot at ``now``, and its journal form when there is a journal."""
@@ -478,8 +525,14 @@ class Engine:
             await self._persistence.fold_wal()
         await asyncio.to_thread(allocator.trim)  # off the event loop, after the cycle
 
-    def _count_samples(self, added: AddResult, withdrawn: int = 0) -> None:
+    def _count_samples(
+        self, added: AddResult, withdrawn: int = 0, pushed: AddResult | None = None
+    ) -> None:
         self.metrics.samples_ingested.inc(len(added.added))
+        if pushed is not None and pushed.repeated:
+            # A poll repeats its overlap on purpose; a pushed sample that is not taken was
+            # acknowledged, so it is counted: accepted = ingested + dropped.
+            self.metrics.samples_dropped.labels("duplicate").inc(pushed.repeated)
         for reason, n in added.dropped.items():
             if n:
                 self.metrics.samples_dropped.labels(reason).inc(n)

@@ -29,15 +29,13 @@ from loadwatcher.http.appkeys import ENCODINGS_KEY, ENGINE_KEY, RECEIVING_KEY
 from loadwatcher.http.params import NODE_NAME_PATTERN, BadRequest
 from loadwatcher.http.security import TokenFile
 from loadwatcher.model import WINDOWS
+from loadwatcher.push import protocol as push_protocol
 from loadwatcher.wire.formats import Format
 
 if TYPE_CHECKING:
     from loadwatcher.http.push import Receiver
 
 log = logging.getLogger("loadwatcher.api")
-
-# The push endpoints (http/push.py, imported only when receiving) check writers' tokens.
-PUSH_PATHS = frozenset({"/api/v1/write", "/write", "/api/v2/write"})
 
 _WINDOW_NAMES = tuple(w.name for w in WINDOWS)
 _ALLOWED_PARAMS = frozenset({"host", "window", "format"})
@@ -194,12 +192,16 @@ def _failure(request: web.Request, exc: Exception) -> web.Response:
 
 
 def timing_auth_errors_middleware(
-    engine: Engine, tokens: TokenFile | None, protect_metrics: bool
+    engine: Engine,
+    tokens: TokenFile | None,
+    protect_metrics: bool,
+    writer_paths: frozenset[str] = frozenset(),
 ) -> Middleware:
     """The one middleware: request timing, the token check and JSON errors.
 
     One layer instead of three: each aiohttp middleware is a coroutine call per request,
-    which counts on a route that only writes prepared bytes.
+    which counts on a route that only writes prepared bytes. ``writer_paths`` are the push
+    endpoints, which check writers' tokens of their own.
     """
     histogram = engine.metrics.http_duration
     # Histogram children by (route template, status): labels() validates and locks.
@@ -212,7 +214,7 @@ def timing_auth_errors_middleware(
         if (
             tokens is not None
             and security.needs_token(request.path, protect_metrics)
-            and request.path not in PUSH_PATHS  # writers have tokens of their own
+            and request.path not in writer_paths  # writers have tokens of their own
             # Bearer, or Basic with the token as password: what a browser sends once the
             # page asked, for the page and for the routes it links to.
             and not tokens.accepts_reader(request.headers.get("Authorization"))
@@ -247,7 +249,10 @@ def make_app(
     protect_metrics: bool = False,
     receiver: Receiver | None = None,
 ) -> web.Application:
-    middleware = timing_auth_errors_middleware(engine, tokens, protect_metrics)
+    # Every push protocol's routes, received or not: a writer's request never meets the
+    # readers' token check (without a receiver it is a 404).
+    writers = push_protocol.writer_paths()
+    middleware = timing_auth_errors_middleware(engine, tokens, protect_metrics, writers)
     app = web.Application(middlewares=[middleware], client_max_size=64 * 1024)
     app[ENGINE_KEY] = engine
     app[RECEIVING_KEY] = receiver is not None

@@ -11,7 +11,7 @@ from loadwatcher import __version__
 from loadwatcher.http.params import NODE_NAME_PATTERN
 from loadwatcher.http.statuslist import DEFAULT_LIMIT, MAX_LIMIT
 from loadwatcher.http.statusrows import SORTS
-from loadwatcher.push.line_protocol import PRECISIONS_V1, PRECISIONS_V2
+from loadwatcher.push.protocol import PushProtocol, QueryParam, Route, protocols
 
 
 def _schema(name: str) -> dict[str, Any]:
@@ -87,70 +87,61 @@ def _snapshot_op(summary: str, parameters: list[dict[str, Any]]) -> dict[str, An
     }
 
 
-def _push_op(summary: str, media: str, params: list[dict[str, Any]]) -> dict[str, Any]:
+# What a status means on any push route; a protocol's own table adds the others.
+_PUSH_STATUSES = {
+    400: "a body that can never succeed",
+    401: "a writer's token (push.token_file) is required",
+    413: "body or series over the caps",
+    415: "a media type the route does not take",
+    429: "over push.max_samples_per_s, or busy: see Retry-After",
+}
+
+
+def _push_op(protocol: PushProtocol, route: Route) -> dict[str, Any]:
+    statuses = sorted({400, 401, 413, 429, *protocol.statuses.values()})
     return {
-        "summary": summary,
-        "parameters": params,
+        "summary": route.summary,
+        "parameters": [_query(q) for q in route.query],
         # An empty body writes nothing and is taken (204), as InfluxDB takes it.
         "requestBody": {
             "required": False,
-            "content": {media: {"schema": {"type": "string", "format": "binary"}}},
+            "content": {route.content_type: {"schema": {"type": "string", "format": "binary"}}},
         },
         "responses": {
             "204": {"description": "taken"},
-            "400": _json(_ERR_REF, "a body that can never succeed"),
-            "401": _json(_ERR_REF, "a writer's token (push.token_file) is required"),
-            "413": _json(_ERR_REF, "body or series over the caps"),
-            "415": _json(_ERR_REF, "remote write 2.0"),
-            "429": _json(_ERR_REF, "over push.max_samples_per_s, or busy: see Retry-After"),
+            **{
+                str(status): _json(_ERR_REF, _PUSH_STATUSES.get(status, "refused"))
+                for status in statuses
+            },
         },
     }
 
 
-def _query(name: str, choices: list[str] | None = None) -> dict[str, Any]:
+def _query(param: QueryParam) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": "string"}
-    if choices is not None:
-        schema["enum"] = choices
-    return {"name": name, "in": "query", "required": False, "schema": schema}
+    if param.choices is not None:
+        schema["enum"] = list(param.choices)
+    return {"name": param.name, "in": "query", "required": False, "schema": schema}
 
 
-def push_paths() -> dict[str, Any]:
-    """The push endpoints (docs/push.md), present while the service receives."""
+def push_paths(declared: tuple[PushProtocol, ...] | None = None) -> dict[str, Any]:
+    """The push endpoints (docs/push.md), from the protocols' declarations."""
     return {
-        "/api/v1/write": {
-            "post": _push_op(
-                "Prometheus remote write 1.0 (snappy-compressed protobuf WriteRequest)",
-                "application/x-protobuf",
-                [],
-            )
-        },
-        "/write": {
-            "post": _push_op(
-                "InfluxDB 1.x line protocol",
-                "text/plain",
-                [
-                    _query("db"),
-                    _query("precision", ["", *PRECISIONS_V1]),
-                    _query("rp"),
-                    _query("u"),
-                    _query("p"),
-                ],
-            )
-        },
-        "/api/v2/write": {
-            "post": _push_op(
-                "InfluxDB 2.x line protocol",
-                "text/plain",
-                [_query("org"), _query("bucket"), _query("precision", ["", *PRECISIONS_V2])],
-            )
-        },
+        route.path: {"post": _push_op(protocol, route)}
+        for protocol in (protocols() if declared is None else declared)
+        for route in protocol.routes
     }
+
+
+def spec(push: bool = False) -> dict[str, Any]:
+    """The whole document, with the push endpoints when the service receives."""
+    return _spec(protocols() if push else ())
 
 
 @cache
-def spec(push: bool = False) -> dict[str, Any]:
-    """The whole document (built once; the schemas are package data), with the push
-    endpoints when the service receives."""
+def _spec(declared: tuple[PushProtocol, ...]) -> dict[str, Any]:
+    """The document for the protocols ``declared`` (built once for each tuple; the
+    schemas are package data)."""
     watcher = _snapshot_op(
         "all nodes (or one with ?host=)",
         [
@@ -289,6 +280,5 @@ def spec(push: bool = False) -> dict[str, Any]:
             }
         },
     }
-    if push:
-        document["paths"].update(push_paths())
+    document["paths"].update(push_paths(declared))
     return document

@@ -1,10 +1,11 @@
-"""The push endpoints: Prometheus remote write 1.0 and InfluxDB line protocol (v1 and v2).
+"""The push endpoints: one ``POST`` route per route of each declared push protocol
+(``loadwatcher.push.protocol``: remote write 1.0 on ``/api/v1/write``, InfluxDB line
+protocol on ``/write`` and ``/api/v2/write``).
 
-``POST /api/v1/write`` (snappy protobuf ``WriteRequest``), ``POST /write`` (InfluxDB 1.x,
-``?db=&precision=``) and ``POST /api/v2/write`` (InfluxDB 2.x, ``?org=&bucket=&precision=``;
-gzip bodies are decoded by aiohttp). Each request is decoded and mapped at once
-(``loadwatcher.push``) and its samples put in the ``PushBuffer`` that the engine's next
-cycle takes: publishing is per cycle, never per request.
+Each request is checked and decoded by its protocol's mapper, mapped at once and its
+samples put in the ``PushBuffer`` that the engine's next cycle takes: publishing is per
+cycle, never per request. Nothing here knows a protocol: the routes, their accepted
+encodings, the token parameter, the statuses and the error codes are the declarations'.
 
 Answers follow what the senders retry on: 204 when taken; 400 for a body that can never
 succeed (not snappy, not protobuf, not valid gzip, bad precision, a Content-Encoding the
@@ -22,7 +23,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -31,28 +32,12 @@ from aiohttp import web
 from loadwatcher.engine.selfmetrics import SelfMetrics
 from loadwatcher.http.tokens import TokenFile
 from loadwatcher.providers.push.buffer import PushBuffer
-from loadwatcher.push import line_protocol, remote_write
-from loadwatcher.push.errors import PushError, PushErrorKind
-from loadwatcher.push.mapping import (
-    Decoded,
-    LineProtocolMapping,
-    RemoteWriteReceiver,
-    map_line_protocol,
-)
+from loadwatcher.providers.push.series import SeriesBudget
+from loadwatcher.push.errors import PushError
+from loadwatcher.push.protocol import Mapper, Pending, PushProtocol, PushRequest, Route
+from loadwatcher.push.samples import Decoded
 
 log = logging.getLogger("loadwatcher.push")
-
-REMOTE_WRITE = "/api/v1/write"
-INFLUX_V1 = "/write"
-INFLUX_V2 = "/api/v2/write"
-PATHS = frozenset({REMOTE_WRITE, INFLUX_V1, INFLUX_V2})
-
-_STATUS = {
-    PushErrorKind.NOT_SNAPPY: 400,
-    PushErrorKind.NOT_PROTOBUF: 400,
-    PushErrorKind.BAD_PRECISION: 400,
-    PushErrorKind.TOO_LARGE: 413,
-}
 
 
 @dataclass(frozen=True)
@@ -61,15 +46,6 @@ class Limits:
     max_series_per_request: int
     max_samples_per_s: int
     publish_interval_s: float
-
-
-@dataclass(frozen=True)
-class _Work:
-    """A request read and checked: its body's size and the mapping still to do (under the
-    receiver's lock, on the loop or in a worker thread)."""
-
-    size: int
-    map: Callable[[], Decoded]
 
 
 class Refused(Exception):
@@ -106,23 +82,37 @@ class RateLimit:
         self._tokens -= samples
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """One route of a protocol, with the protocol and its mapper."""
+
+    protocol: PushProtocol
+    route: Route
+    mapper: Mapper
+
+
 class Receiver:
-    """What the push endpoints share: the mapping state, the buffer, the limits, the
+    """What the push endpoints share: the protocols' mappers, the buffer, the limits, the
     writers' tokens and the metrics."""
 
     def __init__(
         self,
         buffer: PushBuffer,
-        remote: RemoteWriteReceiver,
-        line: LineProtocolMapping,
+        mappers: Sequence[tuple[PushProtocol, Mapper]],
         limits: Limits,
         metrics: SelfMetrics,
         tokens: TokenFile | None = None,
         clock: Callable[[], float] = time.time,
+        budget: SeriesBudget | None = None,
     ) -> None:
         self.buffer = buffer
-        self.remote = remote
-        self.line = line
+        self.budget = budget
+        self.mappers = {protocol.name: mapper for protocol, mapper in mappers}
+        self.endpoints = {
+            route.path: Endpoint(protocol, route, mapper)
+            for protocol, mapper in mappers
+            for route in protocol.routes
+        }
         self.limits = limits
         self.metrics = metrics
         self.tokens = tokens
@@ -131,48 +121,116 @@ class Receiver:
         # The mapping state is not thread-safe: one request maps at a time, large bodies in
         # a worker thread so that the loop keeps serving /watcher meanwhile.
         self._mapping = asyncio.Lock()
-        for route in (REMOTE_WRITE, INFLUX_V1, INFLUX_V2):
-            self.metrics.push_requests.labels(route, "204")
+        for path in self.endpoints:
+            self.metrics.push_requests.labels(path, "204")
         for outcome in ("received", "accepted"):
             self.metrics.push_samples.labels(outcome)
 
-    # -- the handlers -----------------------------------------------------------------
+    @property
+    def paths(self) -> frozenset[str]:
+        return frozenset(self.endpoints)
 
-    async def remote_write(self, request: web.Request) -> web.StreamResponse:
-        return await self._handle(request, REMOTE_WRITE, self._remote_write)
+    def add_routes(self, app: web.Application) -> None:
+        for path, endpoint in self.endpoints.items():
+            app.router.add_post(path, self._handler(endpoint))
 
-    async def influx_v1(self, request: web.Request) -> web.StreamResponse:
-        return await self._handle(request, INFLUX_V1, self._influx_v1)
+    def _handler(self, endpoint: Endpoint) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def handle(request: web.Request) -> web.Response:
+            return await self._handle(request, endpoint)
 
-    async def influx_v2(self, request: web.Request) -> web.StreamResponse:
-        return await self._handle(request, INFLUX_V2, self._influx_v2)
+        return handle
 
-    async def _handle(
-        self, request: web.Request, route: str, read: Callable[[web.Request], Awaitable[_Work]]
-    ) -> web.StreamResponse:
+    # -- one request --------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request, endpoint: Endpoint) -> web.Response:
+        route = endpoint.route.path
         try:
-            self._authorise(request)
+            self._authorise(request, endpoint.route)
             self._admit()
-            work = await read(request)
+            pending = await self._read(request, endpoint)
             async with self._mapping:
                 # Checked again where the samples are put: requests that read their bodies
                 # meanwhile must not overfill the buffer. Checked before mapping, never
                 # after: the mapping state (raw counters, HA election) takes each sample
                 # once, so a body refused after it would lose its samples on the retry.
                 self._admit_to_buffer()
-                decoded = (
-                    work.map() if work.size < _INLINE_BYTES else await asyncio.to_thread(work.map)
-                )
+                size, work = pending
+                try:
+                    decoded = (
+                        work.map(self.clock())
+                        if size < _INLINE_BYTES
+                        else await asyncio.to_thread(work.map, self.clock())
+                    )
+                except PushError as exc:
+                    # Found while mapping (a label value that is not UTF-8, a series that
+                    # does not parse): refused whole, before anything of it is kept.
+                    raise Refused(
+                        endpoint.protocol.status(exc.kind), str(exc.kind), exc.message
+                    ) from None
+                if work.series is None:
+                    self._check_series(len(decoded.batch.keys))
+                self._check_budget(decoded)
                 self._take(decoded)
         except Refused as exc:
-            self.metrics.push_requests.labels(route, str(exc.status)).inc()
-            if exc.status >= 500 or exc.status in (401, 429):
-                log.debug("push to %s refused: %s", route, exc.message)
-            else:
-                log.warning("push to %s refused (%d): %s", route, exc.status, exc.message)
-            return _error(exc, route)
+            return self._refused(exc, endpoint)
+        except Exception:
+            # A bug, never the sender's fault: counted like any answer, logged once here.
+            log.exception("push to %s failed", route)
+            return self._refused(Refused(500, "internal", "the push could not be taken"), endpoint)
         self.metrics.push_requests.labels(route, "204").inc()
         return web.Response(status=204)
+
+    def _refused(self, exc: Refused, endpoint: Endpoint) -> web.Response:
+        route = endpoint.route.path
+        self.metrics.push_requests.labels(route, str(exc.status)).inc()
+        if exc.status >= 500 or exc.status in (401, 429):
+            log.debug("push to %s refused: %s", route, exc.message)
+        else:
+            log.warning("push to %s refused (%d): %s", route, exc.status, exc.message)
+        return _error(exc, endpoint.route)
+
+    def _check_budget(self, decoded: Decoded) -> None:
+        if self.budget is None:
+            return
+        over = self.budget.over(decoded.batch.keys)
+        if over:
+            raise Refused(
+                413,
+                "series_limit",
+                f"the request would take the series held past push.max_series "
+                f"({self.budget.limit}) by {over}; it is refused whole",
+            )
+
+    async def _read(self, request: web.Request, endpoint: Endpoint) -> tuple[int, Pending]:
+        """The request checked, its body read and decoded: its size and what is to map."""
+        protocol, route = endpoint.protocol, endpoint.route
+        asked = PushRequest(route, request.query, request.headers.get("Content-Type", ""))
+        try:
+            endpoint.mapper.check(asked)
+            encoding = request.headers.get("Content-Encoding", route.default_encoding)
+            if encoding.strip().lower() not in route.encodings:
+                # The header is not repeated: an error echoes nothing the request sent.
+                raise Refused(
+                    400,
+                    "bad_encoding",
+                    f"{protocol.title} needs Content-Encoding{route.encoding_hint}",
+                )
+            body = await self._body(request)
+            pending = endpoint.mapper.read(body, asked, self.limits.max_body_bytes)
+        except PushError as exc:
+            raise Refused(protocol.status(exc.kind), str(exc.kind), exc.message) from None
+        if pending.series is not None:
+            self._check_series(pending.series)
+        return len(body), pending
+
+    def _check_series(self, series: int) -> None:
+        if series > self.limits.max_series_per_request:
+            raise Refused(
+                413,
+                "too_many_series",
+                f"{series} series in one request, more than "
+                f"push.max_series_per_request ({self.limits.max_series_per_request})",
+            )
 
     def _admit(self) -> None:
         """Refuse (429) before the body is read while over the rate or the buffer is full."""
@@ -196,89 +254,15 @@ class Receiver:
                 self.limits.publish_interval_s,
             )
 
-    def _authorise(self, request: web.Request) -> None:
+    def _authorise(self, request: web.Request, route: Route) -> None:
         if self.tokens is None:
             return
         header = request.headers.get("Authorization")
-        if header is None and request.path == INFLUX_V1 and "p" in request.query:
+        if header is None and route.token_param and route.token_param in request.query:
             # InfluxDB 1.x clients may send their credentials as ?u=&p= instead.
-            header = "Bearer " + request.query["p"]
+            header = "Bearer " + request.query[route.token_param]
         if not self.tokens.accepts_writer(header):
             raise Refused(401, "unauthorized", "a valid writer token (push.token_file) is required")
-
-    async def _remote_write(self, request: web.Request) -> _Work:
-        content_type = request.headers.get("Content-Type", "")
-        if "io.prometheus.write.v2" in content_type:
-            raise Refused(
-                415,
-                "unsupported_media_type",
-                "remote write 2.0 is not supported; send remote write 1.0 "
-                "(protobuf_message: prometheus.WriteRequest)",
-            )
-        encoding = request.headers.get("Content-Encoding", "snappy").strip().lower()
-        if encoding != "snappy":
-            # The header is not repeated: an error echoes nothing the request sent.
-            raise Refused(400, "bad_encoding", "remote write needs Content-Encoding: snappy")
-        body = await self._body(request)
-        try:
-            parsed = remote_write.decode_write_request(body, self.limits.max_body_bytes)
-        except PushError as exc:
-            raise _refused(exc) from exc
-        if len(parsed) > self.limits.max_series_per_request:
-            raise Refused(
-                413,
-                "too_many_series",
-                f"{len(parsed)} series in one request, more than "
-                f"push.max_series_per_request ({self.limits.max_series_per_request})",
-            )
-
-        def work() -> Decoded:
-            decoded = self.remote.map(parsed, self.clock())
-            # Series of other metrics are skipped unread: counted as series.
-            decoded.counts["unmatched_series"] = decoded.counts.pop("unmatched", 0)
-            return decoded
-
-        return _Work(len(body), work)
-
-    async def _influx_v1(self, request: web.Request) -> _Work:
-        return await self._line_protocol(request, v1=True)
-
-    async def _influx_v2(self, request: web.Request) -> _Work:
-        return await self._line_protocol(request, v1=False)
-
-    async def _line_protocol(self, request: web.Request, *, v1: bool) -> _Work:
-        try:
-            unit = line_protocol.precision_ns(request.query.get("precision"), v1=v1)
-        except PushError:
-            table = line_protocol.PRECISIONS_V1 if v1 else line_protocol.PRECISIONS_V2
-            # Not the core's message: it quotes the parameter, and errors echo nothing.
-            raise Refused(
-                400, "bad_precision", f"precision must be one of {', '.join(table)}"
-            ) from None
-        encoding = request.headers.get("Content-Encoding", "").strip().lower()
-        if encoding not in _DECODED:
-            raise Refused(400, "bad_encoding", "line protocol needs Content-Encoding gzip or none")
-        body = await self._body(request)
-
-        def work() -> Decoded:
-            decoded = map_line_protocol(body, self.line, unit_ns=unit, now=self.clock())
-            # Lines of other measurements are skipped unread: counted as lines.
-            decoded.counts["unmatched_lines"] = decoded.counts.pop("unmatched", 0)
-            if len(decoded.batch.keys) > self.limits.max_series_per_request:
-                raise Refused(
-                    413,
-                    "too_many_series",
-                    f"{len(decoded.batch.keys)} series in one request, more than "
-                    f"push.max_series_per_request ({self.limits.max_series_per_request})",
-                )
-            return decoded
-
-        return _Work(len(body), work)
-
-    def add_routes(self, app: web.Application) -> None:
-        app.router.add_post(REMOTE_WRITE, self.remote_write)
-        app.router.add_post(INFLUX_V1, self.influx_v1)
-        app.router.add_post(INFLUX_V2, self.influx_v2)
 
     # -- shared -------------------------------------------------------------------------
 
@@ -327,23 +311,15 @@ class Receiver:
 
 # Counts that are not reasons a sample was discarded.
 _NOT_DISCARDS = frozenset({"series", "samples", "lines", "accepted"})
-# InfluxDB 2's error codes (its platform errors) by status; any other is "invalid".
-_INFLUX_CODES = {401: "unauthorized", 413: "request too large", 429: "too many requests"}
-# Content-Encodings of a line-protocol body that aiohttp decodes as it reads (or none).
-_DECODED = frozenset({"", "identity", "gzip", "deflate"})
 # A body this small maps on the loop faster than a thread hand-off (a Prometheus
 # remote-write batch of the default 2,000 samples is ~30 kB).
 _INLINE_BYTES = 256 * 1024
 
 
-def _refused(exc: PushError) -> Refused:
-    return Refused(_STATUS.get(exc.kind, 400), str(exc.kind), exc.message)
-
-
-def _error(exc: Refused, route: str) -> web.Response:
+def _error(exc: Refused, route: Route) -> web.Response:
     doc: dict[str, str] = {"error": exc.code, "message": exc.message}
-    if route == INFLUX_V2:  # what InfluxDB 2 clients read: InfluxDB's own codes
-        doc["code"] = _INFLUX_CODES.get(exc.status, "invalid")
+    if route.error_codes is not None:  # what such clients read: their server's own codes
+        doc["code"] = route.error_codes.get(exc.status, route.error_code_default)
     headers = {}
     if exc.retry_after_s > 0:
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))

@@ -25,6 +25,7 @@ import numpy as np
 
 from loadwatcher._types import BoolArray
 from loadwatcher.model import Columns, FloatArray, IntArray, Resource, Series, SeriesBatch
+from loadwatcher.pipeline import bytime
 
 # Utilisation above 100 % happens by rounding in exporters; beyond this it is a bad sample.
 OVER_100_TOLERANCE = 1.0
@@ -57,6 +58,10 @@ class AddResult:
     offered: int = 0
     ahead_s: float = 0.0
     future_nodes: frozenset[str] = frozenset()
+    # Not in ``dropped``: a poll's overlap with the last one repeats samples on purpose.
+    # ``repeated``: not taken for its time: held already, given twice, or (without
+    # ``keep_older``) older than its series' newest. A push's accounting: duplicate.
+    repeated: int = 0
 
 
 # Series ids: 32 bits number two billion series and halve the column beside the 64-bit
@@ -142,17 +147,21 @@ class SampleStore:
         keep_from: float | None = None,
         latest: float | None = None,
         clock: float | None = None,
+        keep_older: bool = False,
     ) -> AddResult:
         """Merge new samples in; drop duplicates and values that are not a utilisation.
 
         At equal (series, time) the sample given last wins, as within one answer.
-        With ``keep_from``, samples older than it are dropped in the same pass (``trim``):
-        the result still reports every sample that was new. With ``latest``, samples later
-        than it are dropped as ``future`` before anything else looks at them; ``clock``
-        (default ``latest``) is what their lead is measured from.
-
+        With ``keep_from``, samples older than it are dropped in the same pass (``trim``)
+        and counted ``too_old``. With ``latest``, samples later than it are dropped as
+        ``future`` before anything else looks at them; ``clock`` (default ``latest``) is
+        what their lead is measured from. With ``keep_older`` (pushed samples), a sample
+        older than its series' newest is kept in time order unless the series holds that
+        time already: several writers of one series are kept by time, and one whose clock
+        runs ahead does not hide the others' samples (a poll repeats its overlap and stays
+        on the faster path, where only newer samples are taken).
         """
-        return self._add(parts, keep_from, latest, clock)
+        return self._add(parts, keep_from, latest, clock, keep_older)
 
     def add_in_turn(
         self,
@@ -170,8 +179,8 @@ class SampleStore:
         while batches:
             result = self._add([batches.pop(0)], keep_from, latest, clock)
             results.append(replace(result, added=_empty_columns()) if was_empty else result)
-        combined = _combined(results) if results else AddResult(_empty_columns(), {})
-        return replace(combined, added=self._cols) if was_empty else combined
+        merged = combined(results) if results else AddResult(_empty_columns(), {})
+        return replace(merged, added=self._cols) if was_empty else merged
 
     def _add(
         self,
@@ -179,6 +188,7 @@ class SampleStore:
         keep_from: float | None,
         latest: float | None,
         clock: float | None,
+        keep_older: bool = False,
     ) -> AddResult:
         batch = _concatenated(parts)
         dropped = {"non_finite": 0, "negative": 0, "over_100": 0}
@@ -211,8 +221,23 @@ class SampleStore:
         sid, ts, val = sid[order], ts[order], val[order]
         last_of_run = np.ones(sid.shape[0], bool)
         last_of_run[:-1] = (sid[1:] != sid[:-1]) | (ts[1:] != ts[:-1])
-        fresh = last_of_run & (ts > self._newest[sid])
+        newest = self._newest[sid]
+        fresh = last_of_run & (ts > newest)
+        behind = last_of_run & (ts < newest)
+        inserted = False
+        if keep_older and behind.any():
+            rows = np.flatnonzero(behind)
+            new_time = ~bytime.holds(self._cols, len(self._keys), sid[rows], ts[rows])
+            fresh[rows[new_time]] = True
+            inserted = bool(new_time.any())
+        repeated = int(fresh.shape[0] - np.count_nonzero(fresh))
         sid, ts, val = sid[fresh], ts[fresh], val[fresh]
+        if keep_from is not None:
+            # Older than the retention: counted here, not taken (the merge would drop it).
+            old = ts < keep_from
+            if old.any():
+                dropped["too_old"] = int(old.sum())
+                sid, ts, val = sid[~old], ts[~old], val[~old]
 
         finite = np.isfinite(val)
         negative = finite & (val < 0)
@@ -227,11 +252,16 @@ class SampleStore:
         added = Columns(sid[good], ts[good], val[good])
         if len(added):
             np.maximum.at(self._newest, added.sid, added.ts)
-        if keep_from is None:
+        if inserted:
+            # Some samples go before their series' newest: the general merge.
+            self._cols = bytime.merge(self._cols, added, len(self._keys))
+            if keep_from is not None:
+                self._cols = _since(self._cols, keep_from)
+        elif keep_from is None:
             self._cols = _merge(self._cols, added)
         else:
             self._cols = merge_trimmed(self._cols, added, keep_from, len(self._keys))
-        return AddResult(added, dropped, offered, ahead_s, future_nodes)
+        return AddResult(added, dropped, offered, ahead_s, future_nodes, repeated)
 
     def load(self, keys: list[tuple[str, Resource]], cols: Columns) -> None:
         """Replace the content with samples recovered from the journal: ``keys`` unique (the
@@ -293,13 +323,27 @@ class SampleStore:
         self._epoch += 1
         return renumber
 
+    def newest_of_node(self, node: str) -> float | None:
+        """The newest sample time of any of ``node``'s series, None without any."""
+        times = [
+            float(self._newest[sid])
+            for r in Resource
+            if (sid := self._index.get((node, r))) is not None
+        ]
+        finite = [t for t in times if t > -np.inf]
+        return max(finite) if finite else None
+
+    def holds(self, key: tuple[str, Resource]) -> bool:
+        """Whether the store has series ``key`` (a read safe beside a merge in a thread)."""
+        return key in self._index
+
     def count_new(self, keys: Iterable[tuple[str, Resource]]) -> int:
         """How many distinct ``keys`` the store does not hold yet."""
         index = self._index
         return len({key for key in keys if key not in index})
 
 
-def _combined(results: list[AddResult]) -> AddResult:
+def combined(results: list[AddResult]) -> AddResult:
     """One ``AddResult`` for several adds in a row; the lead of the future samples is the
     one of the add that refused the most of them."""
     dropped: dict[str, int] = {}
@@ -317,6 +361,7 @@ def _combined(results: list[AddResult]) -> AddResult:
         sum(r.offered for r in results),
         most_future.ahead_s,
         frozenset().union(*(r.future_nodes for r in results)),
+        sum(r.repeated for r in results),
     )
 
 

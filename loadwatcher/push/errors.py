@@ -19,6 +19,8 @@ class PushErrorKind(StrEnum):
     TOO_LARGE = "too_large"
     NOT_PROTOBUF = "not_protobuf"
     BAD_PRECISION = "bad_precision"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    NO_REPLICA_LABEL = "no_replica_label"
 
 
 class PushError(LoadwatcherError):

@@ -27,18 +27,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from loadwatcher.push.errors import PushError, PushErrorKind
+from loadwatcher.push.protocols.line_protocol import PRECISIONS_V1, PRECISIONS_V2
 
 FieldValue = float | int | bool | str
 
-# Nanoseconds per unit of the ``precision`` query parameter.
-PRECISIONS_V2 = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
-PRECISIONS_V1 = {
-    **PRECISIONS_V2,
-    "n": 1,
-    "u": 1_000,
-    "m": 60_000_000_000,
-    "h": 3_600_000_000_000,
-}
 # The timestamps InfluxDB accepts, in nanoseconds.
 MIN_NS = -9_223_372_036_854_775_806
 MAX_NS = 9_223_372_036_854_775_806
@@ -82,7 +74,8 @@ def precision_ns(text: str | None, *, v1: bool) -> int:
     if found is None:
         raise PushError(
             PushErrorKind.BAD_PRECISION,
-            f"precision: expected one of {', '.join(table)}, got {text[:20]!r}",
+            # The parameter is not repeated: an error echoes nothing the request sent.
+            f"precision: expected one of {', '.join(table)}",
         )
     return found
 

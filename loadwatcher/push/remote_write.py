@@ -137,6 +137,16 @@ def _spans_in_place(data: bytes, lengths: IntArray) -> IntArray | None:
     return start
 
 
+# What the index may hold, accounted as below: whatever label sets writers invent (unique
+# 15 KB ones, a new node name each push), it starts afresh past this.
+MAX_INDEX_BYTES = 64 * 1024 * 1024
+# Accounted per remembered label set beside its bytes (the dict entry, the bytes object's
+# header, the two array rows) and per label value beside its characters (the str header,
+# the list slot and the dict entry): CPython's sizes on 64-bit, rounded up.
+_SET_OVERHEAD = 160
+_VALUE_OVERHEAD = 160
+
+
 class SeriesIndex:
     """The label sets of series read before, by their bytes, for one mapping.
 
@@ -144,13 +154,22 @@ class SeriesIndex:
     labels: the metric and the wanted labels' values. A later series whose bytes before its
     last field are the same has the same labels, and only its sample is read. Label values
     are numbered (``label_values``) for as long as the index lives. Past ``limit`` label
-    sets it starts afresh (nodes come and go for months).
+    sets or ``max_bytes`` accounted (``accounted_bytes``: the label sets' bytes and the
+    values' characters, each with its objects' overhead) it starts afresh at the next
+    request (nodes come and go for months; a hostile writer sends sets that never repeat).
     """
 
-    def __init__(self, metrics: Sequence[str], labels: Sequence[str], limit: int = 200_000):
+    def __init__(
+        self,
+        metrics: Sequence[str],
+        labels: Sequence[str],
+        limit: int = 200_000,
+        max_bytes: int = MAX_INDEX_BYTES,
+    ):
         self.metrics = tuple(metrics)
         self.labels = tuple(labels)
         self.limit = limit
+        self.max_bytes = max_bytes
         self.wanted = [m.encode() for m in self.metrics]
         self.names = [label.encode() for label in self.labels]
         self.clear()
@@ -164,9 +183,17 @@ class SeriesIndex:
         # New lists rather than emptied ones: earlier selections keep theirs.
         self.label_values: list[list[str]] = [[] for _ in self.labels]
         self._value_ids: list[dict[str, int]] = [{} for _ in self.labels]
+        self._bytes = 0  # accounted: the sets' bytes and the values' characters, + overhead
 
     def __len__(self) -> int:
         return len(self._ids)
+
+    def accounted_bytes(self) -> int:
+        """What the index holds, as bounded by ``max_bytes``."""
+        return self._bytes + int(self._metric.nbytes + self._codes.nbytes)
+
+    def full(self) -> bool:
+        return len(self._ids) > self.limit or self.accounted_bytes() > self.max_bytes
 
     def code(self, label: int, value: str | None) -> int:
         """The number of ``value`` of wanted label ``label`` (-1 for none)."""
@@ -177,6 +204,7 @@ class SeriesIndex:
         if found is None:
             found = ids[value] = len(self.label_values[label])
             self.label_values[label].append(value)
+            self._bytes += len(value) + _VALUE_OVERHEAD
         return found
 
     def lookup(self, data: bytes, start: IntArray, split: IntArray) -> IntArray:
@@ -195,8 +223,11 @@ class SeriesIndex:
         self._metric[first : first + n] = metric
         self._codes[first : first + n] = codes
         self._rows += n
+        ids = self._ids
         for i, key in enumerate(keys):
-            self._ids.setdefault(key, first + i)  # a key met twice keeps its first row
+            if key not in ids:  # a key met twice keeps its first row
+                ids[key] = first + i
+                self._bytes += len(key) + _SET_OVERHEAD
 
     def attributes(self, ids: IntArray) -> tuple[IntArray, IntArray]:
         """Metrics and label value numbers of label sets ``ids``."""
@@ -219,7 +250,7 @@ def select(req: WriteRequestBytes, index: SeriesIndex) -> Selection:
     """The series of ``req`` whose ``__name__`` is one of ``index.metrics``, with the values
     of ``index.labels`` and their samples. Raises PushError when a series it must read is
     malformed."""
-    if len(index) > index.limit:
+    if index.full():
         index.clear()
     guess = _metric_from_first_label(req, index.wanted)
     pending = np.flatnonzero(guess != -1)  # -1: not wanted; -2: could not tell

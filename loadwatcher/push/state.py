@@ -33,11 +33,17 @@ nothing. Values are ratios; the caller makes them percent.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 LOOKBACK_MS = 300_000  # the rule's [5m], and Prometheus's lookback for instant vectors
 PENDING_LIMIT = 64  # scrape times a node may wait for a lagging series
+# Nodes whose raw series are followed: the least recently pushed forgotten first, so that
+# a writer inventing node names cannot grow the state (push.max_series bounds the store,
+# but a request is mapped before that check).
+MAX_NODES = 100_000
 
 
 @dataclass(frozen=True)
@@ -81,10 +87,13 @@ class CounterState:
     ``batch_send_deadline``, 5 s by default).
     """
 
-    def __init__(self, settle_s: float = 15.0, forget_after_s: float = 3600.0) -> None:
+    def __init__(
+        self, settle_s: float = 15.0, forget_after_s: float = 3600.0, max_nodes: int = MAX_NODES
+    ) -> None:
         self.settle_s = settle_s
         self.forget_after_s = forget_after_s
-        self._nodes: dict[str, _CpuNode] = {}
+        self.max_nodes = max_nodes
+        self._nodes: OrderedDict[str, _CpuNode] = OrderedDict()
         self._swept = -math.inf
 
     def __len__(self) -> int:
@@ -105,6 +114,9 @@ class CounterState:
             state = self._nodes.get(node)
             if state is None:
                 state = self._nodes[node] = _CpuNode(first_seen=now)
+                _evict(self._nodes, self.max_nodes)
+            else:
+                self._nodes.move_to_end(node)
             state.seen = now
             touched[node] = state
             key = (cpu, mode)
@@ -192,9 +204,10 @@ class GaugePairs:
 
     _LIMIT = 16  # unmatched times kept per gauge and node
 
-    def __init__(self, forget_after_s: float = 3600.0) -> None:
+    def __init__(self, forget_after_s: float = 3600.0, max_nodes: int = MAX_NODES) -> None:
         self.forget_after_s = forget_after_s
-        self._nodes: dict[str, _Pair] = {}
+        self.max_nodes = max_nodes
+        self._nodes: OrderedDict[str, _Pair] = OrderedDict()
         self._swept = -math.inf
 
     def __len__(self) -> int:
@@ -210,6 +223,9 @@ class GaugePairs:
             state = self._nodes.get(node)
             if state is None:
                 state = self._nodes[node] = _Pair()
+                _evict(self._nodes, self.max_nodes)
+            else:
+                self._nodes.move_to_end(node)
             state.seen = now
             mine, other = (
                 (state.total, state.available)
@@ -247,3 +263,9 @@ def _ratio(a: float, b: float) -> float:
     if b == 0.0:
         return math.nan if a == 0.0 or math.isnan(a) else math.copysign(math.inf, a)
     return a / b
+
+
+def _evict(nodes: OrderedDict[str, Any], limit: int) -> None:
+    """Forget the least recently pushed nodes past ``limit``."""
+    while len(nodes) > limit:
+        nodes.popitem(last=False)

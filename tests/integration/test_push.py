@@ -322,7 +322,7 @@ async def test_an_ha_pair_counts_once_and_fails_over(
     one is accepted at a time; when it stops, the other takes over after the failover
     silence."""
     service = await start_service(aiohttp_server, LOADWATCHER_PUSH_HA_FAILOVER_S="3")
-    ha = service.receiver.remote.ha
+    ha = service.receiver.mappers["remote_write"].receiver.ha  # type: ignore[attr-defined]
     metrics = service.engine.metrics
 
     def count(outcome: str) -> float:

@@ -17,6 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
+from loadwatcher.config.parsers import tag_filter
 from loadwatcher.errors import ProviderError
 from loadwatcher.model import FetchResult, FloatArray, Resource, Series
 from loadwatcher.pipeline.store import UNPARSABLE, unparsable
@@ -73,17 +74,8 @@ class Backend(Protocol):
     async def close(self) -> None: ...
 
 
-def parse_tag_filter(text: str) -> tuple[tuple[str, str], ...]:
-    """``"cpu=cpu-total,dc=eu"`` -> ``(("cpu", "cpu-total"), ("dc", "eu"))``; ``""`` -> ``()``."""
-    pairs = []
-    for part in text.split(","):
-        if not part.strip():
-            continue
-        tag, sep, value = part.partition("=")
-        if not sep or not tag.strip() or not value.strip():
-            raise ValueError(f"expected tag=value, got {part!r}")
-        pairs.append((tag.strip(), value.strip()))
-    return tuple(pairs)
+# The settings parser, in config: the line-protocol receiver reads the same filters.
+parse_tag_filter = tag_filter
 
 
 def time_range(

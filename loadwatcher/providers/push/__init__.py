@@ -30,10 +30,12 @@ class PushSettings:
     max_body_bytes: int
     max_series_per_request: int
     max_samples_per_s: int
+    max_series: int
     raw_node_exporter: bool
     replica_label: str
     cluster_label: str
     ha_failover_s: float
+    require_replica: bool
 
 
 def label_or_empty(text: str) -> str:
@@ -91,6 +93,13 @@ SECTION = Section(
             "samples received per second, matching or not, over all writers (429 beyond)",
         ),
         Spec(
+            "push.max_series",
+            parse.positive_int,
+            100_000,
+            "most series (node and resource) the store may hold for a push to add new ones; "
+            "a request past it is refused whole (413)",
+        ),
+        Spec(
             "push.raw_node_exporter",
             parse.boolean,
             True,
@@ -109,6 +118,13 @@ SECTION = Section(
             label_or_empty,
             "cluster",
             "label telling HA pairs apart (each elects its own replica); empty for one pair",
+        ),
+        Spec(
+            "push.require_replica",
+            parse.boolean,
+            False,
+            "with HA deduplication on (push.replica_label), refuse (400) a remote write "
+            "with a series that lacks the replica label",
         ),
         Spec(
             "push.ha_failover_s",

@@ -92,11 +92,12 @@ class PushProvider:
         if polled is None:
             if errors and not taken.batches:
                 raise errors[0]
-            return FetchResult(batches=taken.batches, errors=errors)
+            return FetchResult(batches=taken.batches, errors=errors, pushed=len(taken.batches))
         # Everything else the poll said (notices, notes, the expressions' names) stands.
         return dataclasses.replace(
             polled,
             batches=[*polled.batches, *taken.batches],
+            pushed=len(taken.batches),
             errors=[*polled.errors, *errors],
         )
 

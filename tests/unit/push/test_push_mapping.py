@@ -13,13 +13,9 @@ from loadwatcher.model import Resource, SeriesBatch
 from loadwatcher.pipeline.store import SampleStore
 from loadwatcher.push import remote_write
 from loadwatcher.push import remote_write_pb2 as pb
-from loadwatcher.push.mapping import (
-    LineProtocolMapping,
-    RemoteWriteMapping,
-    RemoteWriteReceiver,
-    map_line_protocol,
-)
+from loadwatcher.push.line_protocol_mapping import LineProtocolMapping, map_line_protocol
 from loadwatcher.push.remote_write import decode_write_request, parse_write_request
+from loadwatcher.push.remote_write_mapping import RemoteWriteMapping, RemoteWriteReceiver
 
 STALE = struct.unpack("<d", struct.pack("<Q", 0x7FF0_0000_0000_0002))[0]
 CPU, MEM = "instance:node_cpu:ratio", "instance:node_memory_utilisation:ratio"

@@ -1,6 +1,6 @@
-"""Pushed series to node utilisation samples: percent, keyed (node, CPU | MEMORY), seconds.
+"""Remote write's mapping: pushed series to node utilisation samples (``samples.Decoded``).
 
-Remote write (``RemoteWriteMapping``, ``RemoteWriteReceiver``) reads
+It reads
 
 - recording-rule series by metric name, as the Prometheus provider queries them (defaults
   ``instance:node_cpu:ratio`` and ``instance:node_memory_utilisation:ratio``, node from the
@@ -10,30 +10,26 @@ Remote write (``RemoteWriteMapping``, ``RemoteWriteReceiver``) reads
   ``node_memory_MemTotal_bytes``), turned into utilisation as the node-mixin rules do
   (``state.py``).
 
-Line protocol (``LineProtocolMapping``, ``map_line_protocol``) reads Telegraf's schema as
-the InfluxDB provider does: CPU = 100 − ``cpu.usage_idle`` where ``cpu=cpu-total``, memory
-= ``mem.used_percent``, node = tag ``host``.
-
-Each push gives a ``Decoded``: the samples as one ``SeriesBatch`` (one entry per node and
-resource, ascending in time, one value per time: the last pushed wins), counts by reason
-and the nodes seen. Series of other metrics are dropped unread (``unmatched``);
-Prometheus staleness markers are dropped as ``stale_marker``; other NaNs go on to the
-store, which counts them as it counts polled ones.
+Series of other metrics are dropped unread (``unmatched``); Prometheus staleness markers
+are dropped as ``stale_marker``; other NaNs go on to the store, which counts them as it
+counts polled ones. ``RemoteWriteMapper`` is what the HTTP receiver calls
+(``protocols/remote_write.py`` declares the protocol).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 
 import numpy as np
 
 from loadwatcher._types import BoolArray
-from loadwatcher.model import FloatArray, IntArray, Resource, SeriesBatch, node_name
-from loadwatcher.push import line_protocol as lp
+from loadwatcher.model import IntArray, Resource, node_name
+from loadwatcher.push import remote_write
+from loadwatcher.push.errors import PushError, PushErrorKind
 from loadwatcher.push.ha import DEFAULT_FAILOVER_TIMEOUT_S, HATracker
+from loadwatcher.push.protocol import Pending, PushRequest
 from loadwatcher.push.remote_write import Selection, SeriesIndex, WriteRequestBytes, select
+from loadwatcher.push.samples import RESOURCES, Decoded, Part, count, ms_to_seconds, to_batch
 from loadwatcher.push.state import CounterState, GaugePairs, Point
 
 # The Prometheus staleness marker: a NaN with this payload, written when a series ends.
@@ -44,17 +40,6 @@ MEM_AVAILABLE = "node_memory_MemAvailable_bytes"
 MEM_TOTAL = "node_memory_MemTotal_bytes"
 
 _CPU, _MEMORY, _RAW_CPU, _RAW_AVAILABLE, _RAW_TOTAL = range(5)
-_RESOURCES = (Resource.CPU, Resource.MEMORY)
-
-
-@dataclass(frozen=True)
-class Decoded:
-    """One push mapped: samples, counts by reason (series, samples, unmatched,
-    stale_marker, ha_non_elected, no_node, malformed_..., accepted) and the nodes seen."""
-
-    batch: SeriesBatch
-    counts: dict[str, int]
-    nodes: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -63,7 +48,8 @@ class RemoteWriteMapping:
 
     ``node_label``, ``strip_port`` and ``scale`` mean what the Prometheus provider's
     settings of those names mean. ``replica_label`` and ``cluster_label`` drive HA
-    deduplication (``ha.py``); an empty name turns that label off.
+    deduplication (``ha.py``); an empty name turns that label off. ``require_replica``
+    refuses a request with a series that lacks the replica label (deduplication on).
     ``cpu_idle_modes`` are the modes the raw CPU utilisation counts as not busy.
     """
 
@@ -76,6 +62,7 @@ class RemoteWriteMapping:
     cpu_idle_modes: tuple[str, ...] = ("idle", "iowait", "steal")
     replica_label: str = "prometheus_replica"
     cluster_label: str = "cluster"
+    require_replica: bool = False
 
     def metrics(self) -> list[str]:
         names = [self.cpu_metric, self.memory_metric]
@@ -112,40 +99,46 @@ class RemoteWriteReceiver:
         """The samples of one decoded request received at ``now`` (seconds)."""
         m = self.mapping
         sel = select(request, self.index)
+        if m.require_replica and m.replica_label and bool((sel.codes[:, 1] < 0).any()):
+            # Before the HA election or the raw counters see any of it: refused whole.
+            raise PushError(
+                PushErrorKind.NO_REPLICA_LABEL,
+                f"a series lacks the replica label {m.replica_label} (push.require_replica is on)",
+            )
         counts = {"series": sel.series, "unmatched": sel.series - len(sel)}
         lengths = sel.lengths
         counts["samples"] = int(lengths.sum())
         accepted = self._elected(sel, now)
-        _count(counts, "ha_non_elected", int(lengths[~accepted].sum()))
+        count(counts, "ha_non_elected", int(lengths[~accepted].sum()))
         node_codes = sel.codes[:, 0]
         no_node = accepted & (node_codes < 0)
-        _count(counts, "no_node", int(lengths[no_node].sum()))
+        count(counts, "no_node", int(lengths[no_node].sum()))
         accepted &= ~no_node
         names = self._names(sel.label_values[0])
         series_of = np.repeat(np.arange(len(sel)), lengths)
         keep = accepted.take(series_of)
         stale = sel.values.view(np.uint64) == np.uint64(STALE_NAN_BITS)
-        _count(counts, "stale_marker", int((stale & keep).sum()))
+        count(counts, "stale_marker", int((stale & keep).sum()))
         metric = sel.metric.take(series_of)
-        parts: list[_Part] = []
+        parts: list[Part] = []
         rule = np.flatnonzero(keep & ~stale & (metric <= _MEMORY))
         if rule.size:
             parts.append(
-                _Part(
+                Part(
                     names,
                     node_codes.take(series_of.take(rule)),
                     metric.take(rule),
-                    _ms_to_seconds(sel.ts_ms.take(rule)),
+                    ms_to_seconds(sel.ts_ms.take(rule)),
                     sel.values.take(rule) * m.scale,
                 )
             )
         if m.raw_node_exporter:
             raw = accepted & (sel.metric > _MEMORY)
             parts.extend(self._raw(sel, names, np.flatnonzero(raw), stale, now, counts))
-        batch = _batch(parts, self._keys, self._node_names)
-        counts["accepted"] = int(batch.values.shape[0])
+        merged = to_batch(parts, self._keys, self._node_names)
+        counts["accepted"] = int(merged.values.shape[0])
         seen = frozenset(map(names.__getitem__, np.unique(node_codes[accepted]).tolist()))
-        return Decoded(batch, counts, seen)
+        return Decoded(merged, counts, seen)
 
     def _elected(self, sel: Selection, now: float) -> BoolArray:
         """Per series, whether its replica is elected: one decision per (cluster, replica)
@@ -175,7 +168,7 @@ class RemoteWriteReceiver:
         strip = self.mapping.strip_port
         new = [node_name(v, strip) for v in values[len(self._node_names) :]]
         self._node_names.extend(new)
-        self._keys.extend((name, resource) for name in new for resource in _RESOURCES)
+        self._keys.extend((name, resource) for name in new for resource in RESOURCES)
         return self._node_names
 
     def _raw(
@@ -186,7 +179,7 @@ class RemoteWriteReceiver:
         stale: BoolArray,
         now: float,
         counts: dict[str, int],
-    ) -> list[_Part]:
+    ) -> list[Part]:
         """Utilisation from the raw node-exporter series ``rows`` of ``sel``."""
         idle = frozenset(self.mapping.cpu_idle_modes)
         cpus, modes = sel.label_values[3], sel.label_values[4]
@@ -219,149 +212,44 @@ class RemoteWriteReceiver:
                         sel.values[a:b][live].tolist(),
                     )
                 )
-        _count(counts, "unmatched", unused)
+        count(counts, "unmatched", unused)
         cpu_points = self.cpu.add(cpu_samples, now, counts)
         memory_points = self.memory.add(memory_samples, now)
         return [_points(cpu_points, 0), _points(memory_points, 1)]
 
 
-@dataclass(frozen=True)
-class _Part:
-    """Samples of one kind: node ``names[node[i]]``, resource index, time (s), percent."""
-
-    names: list[str]
-    node: IntArray
-    resource: IntArray
-    ts: FloatArray
-    values: FloatArray
-
-
-def _points(points: list[Point], resource: int) -> _Part:
+def _points(points: list[Point], resource: int) -> Part:
     n = len(points)
-    return _Part(
+    return Part(
         [p.node for p in points],
         np.arange(n, dtype=np.int64),
         np.full(n, resource, np.int64),
-        _ms_to_seconds(np.fromiter((p.ts_ms for p in points), np.int64, n)),
+        ms_to_seconds(np.fromiter((p.ts_ms for p in points), np.int64, n)),
         np.fromiter((p.ratio for p in points), np.float64, n) * 100.0,
     )
 
 
-def _count(counts: dict[str, int], reason: str, n: int) -> None:
-    if n:
-        counts[reason] = counts.get(reason, 0) + n
+class RemoteWriteMapper:
+    """The remote-write protocol's ``Mapper``: one ``RemoteWriteReceiver`` for the service."""
 
+    def __init__(self, receiver: RemoteWriteReceiver) -> None:
+        self.receiver = receiver
 
-def _ms_to_seconds(ms: IntArray) -> FloatArray:
-    """Integer milliseconds -> float seconds, whole seconds exact."""
-    whole = ms // 1000
-    seconds: FloatArray = whole.astype(np.float64) + (ms - whole * 1000).astype(np.float64) / 1e3
-    return seconds
-
-
-def _ns_to_seconds(ns: IntArray) -> FloatArray:
-    """Integer nanoseconds -> float seconds, whole seconds exact."""
-    whole = ns // 1_000_000_000
-    frac = (ns - whole * 1_000_000_000).astype(np.float64) / 1e9
-    seconds: FloatArray = whole.astype(np.float64) + frac
-    return seconds
-
-
-def _batch(
-    parts: Sequence[_Part],
-    keys_of: list[tuple[str, Resource]] | None = None,
-    names_of_keys: list[str] | None = None,
-) -> SeriesBatch:
-    """One entry per (node, resource), ascending in time, the last value pushed for a time.
-
-    ``keys_of``: the keys ``[(name, CPU), (name, MEMORY), ...]`` of the list of names
-    ``names_of_keys``, made once rather than per push; used when every part names its
-    nodes from that very list.
-    """
-    parts = [p for p in parts if p.node.shape[0]]
-    if not parts:
-        return SeriesBatch.of([])
-    shared = all(p.names is parts[0].names for p in parts)
-    if not (shared and names_of_keys is not None and parts[0].names is names_of_keys):
-        keys_of = None
-    if shared:
-        nodes = parts[0].names
-        key = np.concatenate([p.node * 2 + p.resource for p in parts])
-    else:
-        keys_of = None
-        index: dict[str, int] = {}
-        keys = []
-        for p in parts:
-            codes = np.array([index.setdefault(n, len(index)) for n in p.names], np.int64)
-            keys.append(codes.take(p.node) * 2 + p.resource)
-        nodes = list(index)
-        key = np.concatenate(keys)
-    ts = np.concatenate([p.ts for p in parts])
-    values = np.concatenate([p.values for p in parts])
-    step, later = np.diff(key), np.diff(ts)
-    if not ((step > 0) | ((step == 0) & (later >= 0))).all():
-        order = np.lexsort((ts, key))  # stable: of equal (key, time), the last pushed is last
-        key, ts, values = key.take(order), ts.take(order), values.take(order)
-        step, later = np.diff(key), np.diff(ts)
-    if not ((step != 0) | (later != 0)).all():
-        last = np.concatenate([(step != 0) | (later != 0), [True]])
-        key, ts, values = key[last], ts[last], values[last]
-    starts = np.concatenate([[0], np.flatnonzero(key[1:] != key[:-1]) + 1])
-    lengths = np.diff(np.append(starts, key.shape[0]))
-    distinct = key.take(starts).tolist()
-    if keys_of is None:
-        keys_of = [(name, resource) for name in nodes for resource in _RESOURCES]
-    keys_out = list(map(keys_of.__getitem__, distinct))
-    return SeriesBatch(keys_out, lengths.astype(np.int64), ts, values)
-
-
-@dataclass(frozen=True)
-class LineProtocolMapping:
-    """Which line-protocol fields are node utilisation: the InfluxDB provider's settings of
-    the same names (Telegraf's schema by default). ``scale`` turns the fields' values into
-    percent; an idle CPU field becomes ``100 − scale·value``."""
-
-    host_tag: str = "host"
-    cpu_measurement: str = "cpu"
-    cpu_field: str = "usage_idle"
-    cpu_field_is_idle: bool = True
-    cpu_tags: tuple[tuple[str, str], ...] = (("cpu", "cpu-total"),)
-    memory_measurement: str = "mem"
-    memory_field: str = "used_percent"
-    memory_tags: tuple[tuple[str, str], ...] = ()
-    scale: float = 1.0
-
-    def wanted(self) -> list[lp.FieldWanted]:
-        return [
-            lp.FieldWanted(self.cpu_measurement, self.cpu_field, self.cpu_tags),
-            lp.FieldWanted(self.memory_measurement, self.memory_field, self.memory_tags),
-        ]
-
-
-def map_line_protocol(
-    body: bytes, mapping: LineProtocolMapping, *, unit_ns: int, now: float
-) -> Decoded:
-    """The samples of one line-protocol body received at ``now`` (seconds); ``unit_ns`` from
-    ``line_protocol.precision_ns``."""
-    now_ns = int(Decimal(repr(float(now))) * 10**9)  # exact: whole seconds stay whole
-    found, counts = lp.read_points(
-        body, mapping.wanted(), mapping.host_tag, unit_ns=unit_ns, now_ns=now_ns
-    )
-    parts = []
-    for resource, points in enumerate(found):
-        n = len(points.keys)
-        percent = np.asarray(points.values, np.float64) * mapping.scale
-        if resource == 0 and mapping.cpu_field_is_idle:
-            percent = 100.0 - percent
-        parts.append(
-            _Part(
-                points.keys,
-                np.arange(n, dtype=np.int64),
-                np.full(n, resource, np.int64),
-                _ns_to_seconds(np.asarray(points.ts_ns, np.int64)),
-                percent,
+    def check(self, request: PushRequest) -> None:
+        if "io.prometheus.write.v2" in request.content_type:
+            raise PushError(
+                PushErrorKind.UNSUPPORTED_MEDIA_TYPE,
+                "remote write 2.0 is not supported; send remote write 1.0 "
+                "(protobuf_message: prometheus.WriteRequest)",
             )
-        )
-    batch = _batch(parts)
-    counts["accepted"] = int(batch.values.shape[0])
-    return Decoded(batch, counts, batch.nodes)
+
+    def read(self, body: bytes, request: PushRequest, max_decoded_bytes: int) -> Pending:
+        parsed = remote_write.decode_write_request(body, max_decoded_bytes)
+
+        def work(now: float) -> Decoded:
+            decoded = self.receiver.map(parsed, now)
+            # Series of other metrics are skipped unread: counted as series.
+            decoded.counts["unmatched_series"] = decoded.counts.pop("unmatched", 0)
+            return decoded
+
+        return Pending(len(parsed), work)

@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""The push receiver's memory under hostile writers: RSS of the real service.
+
+    python benchmarks/push_bounds.py           # ~3 min on a 2-core machine
+    python benchmarks/push_bounds.py --quick   # a smoke run (< 1 min), not a measurement
+
+Each load goes to a fresh ``python -m loadwatcher serve`` with ``provider.name: push``
+(no journal), measured by its PID (``/proc/PID/status``: VmRSS, VmHWM) after it answers
+its first ``/readyz`` and after the load; the generator (this process) builds each body
+just before sending it and honours ``Retry-After``:
+
+1. **label sets**: 60 remote-write requests of 1,000 CPU rule series, each with a unique
+   15 KB label set and no node label (every sample discarded as ``no_node``);
+2. **clusters**: 2.4 M distinct ``cluster`` values (HA deduplication on), 48 requests of
+   50,000 series, one node;
+3. **node names**: 5,000 new node names a second, both rule series each, for 60 s.
+
+Writes its section of ``--out`` (benchmarks/RESULTS.md, between its markers) and prints
+the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import os
+import struct
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench_common import (
+    REPO,
+    free_port,
+    http_get,
+    load_average,
+    memory_kib,
+    progress,
+    serve_argv,
+    setup_paths,
+    spawn,
+    stop,
+)
+
+setup_paths()
+
+import aiohttp  # noqa: E402
+import cramjam  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+SECTION_START = "<!-- push-bounds:start -->"
+SECTION_END = "<!-- push-bounds:end -->"
+CPU = b"instance:node_cpu:ratio"
+MEM = b"instance:node_memory_utilisation:ratio"
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(key: int, payload: bytes) -> bytes:
+    return bytes([key]) + _varint(len(payload)) + payload
+
+
+def series(labels: list[tuple[bytes, bytes]], value: float, ts_ms: int) -> bytes:
+    """One TimeSeries message (with its WriteRequest key): labels in the order given."""
+    body = b"".join(_field(0x0A, _field(0x0A, k) + _field(0x12, v)) for k, v in labels)
+    sample = b"\x09" + struct.pack("<d", value) + b"\x10" + _varint(ts_ms)
+    return _field(0x0A, body + _field(0x12, sample))
+
+
+def body(parts: Iterator[bytes]) -> bytes:
+    return bytes(cramjam.snappy.compress_raw(b"".join(parts)))
+
+
+@dataclass
+class Load:
+    name: str
+    what: str
+    requests: Callable[[int], Iterator[tuple[float, bytes]]]  # (send at, s) -> body
+    env: dict[str, str]
+
+
+def label_sets(scale: int) -> Iterator[tuple[float, bytes]]:
+    now_ms = int(time.time() * 1000)
+    for k in range(60 // scale):
+        pad = b"x" * 15_000
+        yield (
+            0.0,
+            body(
+                series([(b"__name__", CPU), (b"junk", b"%d-%d-" % (k, i) + pad)], 0.5, now_ms)
+                for i in range(1_000)
+            ),
+        )
+
+
+def clusters(scale: int) -> Iterator[tuple[float, bytes]]:
+    now_ms = int(time.time() * 1000)
+    for k in range(48 // scale):
+        yield (
+            0.0,
+            body(
+                series(
+                    [
+                        (b"__name__", CPU),
+                        (b"cluster", b"c-%d-%d" % (k, i)),
+                        (b"instance", b"node-0:9100"),
+                        (b"prometheus_replica", b"r1"),
+                    ],
+                    0.5,
+                    now_ms,
+                )
+                for i in range(50_000)
+            ),
+        )
+
+
+def node_names(scale: int) -> Iterator[tuple[float, bytes]]:
+    for second in range(60 // scale):
+        now_ms = int(time.time() * 1000)
+        yield (
+            float(second),
+            body(
+                series(
+                    [(b"__name__", metric), (b"instance", b"n-%d-%d:9100" % (second, i))],
+                    0.5,
+                    now_ms,
+                )
+                for i in range(5_000)
+                for metric in (CPU, MEM)
+            ),
+        )
+
+
+LOADS = [
+    Load(
+        "label sets",
+        "60 requests × 1,000 series, unique 15 KB label sets, no node label",
+        label_sets,
+        {},
+    ),
+    Load("clusters", "2.4 M distinct cluster values, HA deduplication on", clusters, {}),
+    Load("node names", "5,000 new node names a second for 60 s", node_names, {}),
+]
+
+
+@dataclass
+class Row:
+    load: Load
+    rss_start_mb: float
+    rss_end_mb: float
+    peak_mb: float
+    statuses: Counter[int]
+    nodes: int
+    seconds: float
+
+
+async def _send(port: int, requests: Iterator[tuple[float, bytes]]) -> Counter[int]:
+    statuses: Counter[int] = Counter()
+    url = f"http://127.0.0.1:{port}/api/v1/write"
+    headers = {"Content-Encoding": "snappy", "Content-Type": "application/x-protobuf"}
+    started = time.monotonic()
+    async with aiohttp.ClientSession() as session:
+        for at, data in requests:
+            delay = started + at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            while True:
+                async with session.post(url, data=data, headers=headers) as resp:
+                    await resp.read()
+                    statuses[resp.status] += 1
+                    if resp.status != 429:
+                        break
+                    await asyncio.sleep(float(resp.headers.get("Retry-After", "1")))
+    return statuses
+
+
+def run(load: Load, scale: int, workdir: Path) -> Row:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOADWATCHER_", "METRICS_"))}
+    env.update({"METRICS_PROVIDER_NAME": "push", "PYTHONPATH": str(REPO), **load.env})
+    proc = spawn(serve_argv(port, "", 15.0), workdir / f"{load.name}.log", env=env, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if http_get(port, "/healthz")[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.2)
+        start = memory_kib(proc.pid)
+        began = time.monotonic()
+        statuses = asyncio.run(_send(port, load.requests(scale)))
+        seconds = time.monotonic() - began
+        time.sleep(3)  # a publish or two
+        end = memory_kib(proc.pid)
+        import json
+
+        status, _, raw = http_get(port, "/watcher")
+        nodes = len(json.loads(raw)["data"]["NodeMetricsMap"] or {}) if status == 200 else 0
+        return Row(
+            load,
+            start["VmRSS"] / 1024,
+            end["VmRSS"] / 1024,
+            end["VmHWM"] / 1024,
+            statuses,
+            nodes,
+            seconds,
+        )
+    finally:
+        stop(proc)
+
+
+def table(rows: list[Row]) -> str:
+    lines = [
+        "| load | answers | nodes served | RSS start → end | peak RSS | took |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        answers = ", ".join(f"{n} × {s}" for s, n in sorted(r.statuses.items()))
+        lines.append(
+            f"| {r.load.what} | {answers} | {r.nodes:,} | {r.rss_start_mb:.0f} MB → "
+            f"{r.rss_end_mb:.0f} MB | **{r.peak_mb:.0f} MB** | {r.seconds:.0f} s |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a tenth of each load (smoke)")
+    parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
+    args = parser.parse_args()
+    scale = 10 if args.quick else 1
+    started = datetime.datetime.now(datetime.UTC)
+    before = load_average()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for load in LOADS:
+            progress(f"{load.name}: {load.what}")
+            rows.append(run(load, scale, Path(tmp)))
+    text = table(rows)
+    print(text)
+    if args.quick:
+        return
+    commit = os.popen(f"git -C {REPO} rev-parse --short HEAD").read().strip()
+    head = (
+        f"Command: `python benchmarks/push_bounds.py` — started {started:%Y-%m-%d %H:%M} UTC; "
+        f"commit {commit}; load average before {before}, after {load_average()}."
+    )
+    section = f"{SECTION_START}\n{head}\n\n{text}\n{SECTION_END}"
+    current = args.out.read_text()
+    if SECTION_START in current:
+        a, b = current.index(SECTION_START), current.index(SECTION_END) + len(SECTION_END)
+        current = current[:a] + section + current[b:]
+    else:
+        current = (
+            current.rstrip("\n") + "\n\n## Push receiver under hostile writers\n\n" + section + "\n"
+        )
+    args.out.write_text(current)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

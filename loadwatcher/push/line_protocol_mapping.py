@@ -1,0 +1,98 @@
+"""Line protocol's mapping: InfluxDB points to node utilisation samples (``samples.Decoded``).
+
+It reads Telegraf's schema as the InfluxDB provider does: CPU = 100 − ``cpu.usage_idle``
+where ``cpu=cpu-total``, memory = ``mem.used_percent``, node = tag ``host``. It keeps
+nothing from one request to the next. ``LineProtocolMapper`` is what the HTTP receiver
+calls (``protocols/line_protocol.py`` declares the protocol).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+import numpy as np
+
+from loadwatcher.push import line_protocol as lp
+from loadwatcher.push.protocol import Pending, PushRequest
+from loadwatcher.push.protocols.line_protocol import INFLUX_V1
+from loadwatcher.push.samples import Decoded, Part, ns_to_seconds, to_batch
+
+
+@dataclass(frozen=True)
+class LineProtocolMapping:
+    """Which line-protocol fields are node utilisation: the InfluxDB provider's settings of
+    the same names (Telegraf's schema by default). ``scale`` turns the fields' values into
+    percent; an idle CPU field becomes ``100 − scale·value``."""
+
+    host_tag: str = "host"
+    cpu_measurement: str = "cpu"
+    cpu_field: str = "usage_idle"
+    cpu_field_is_idle: bool = True
+    cpu_tags: tuple[tuple[str, str], ...] = (("cpu", "cpu-total"),)
+    memory_measurement: str = "mem"
+    memory_field: str = "used_percent"
+    memory_tags: tuple[tuple[str, str], ...] = ()
+    scale: float = 1.0
+
+    def wanted(self) -> list[lp.FieldWanted]:
+        return [
+            lp.FieldWanted(self.cpu_measurement, self.cpu_field, self.cpu_tags),
+            lp.FieldWanted(self.memory_measurement, self.memory_field, self.memory_tags),
+        ]
+
+
+def map_line_protocol(
+    body: bytes, mapping: LineProtocolMapping, *, unit_ns: int, now: float
+) -> Decoded:
+    """The samples of one line-protocol body received at ``now`` (seconds); ``unit_ns`` from
+    ``line_protocol.precision_ns``."""
+    now_ns = int(Decimal(repr(float(now))) * 10**9)  # exact: whole seconds stay whole
+    found, counts = lp.read_points(
+        body, mapping.wanted(), mapping.host_tag, unit_ns=unit_ns, now_ns=now_ns
+    )
+    parts = []
+    for resource, points in enumerate(found):
+        n = len(points.keys)
+        percent = np.asarray(points.values, np.float64) * mapping.scale
+        if resource == 0 and mapping.cpu_field_is_idle:
+            percent = 100.0 - percent
+        parts.append(
+            Part(
+                points.keys,
+                np.arange(n, dtype=np.int64),
+                np.full(n, resource, np.int64),
+                ns_to_seconds(np.asarray(points.ts_ns, np.int64)),
+                percent,
+            )
+        )
+    merged = to_batch(parts)
+    counts["accepted"] = int(merged.values.shape[0])
+    return Decoded(merged, counts, merged.nodes)
+
+
+class LineProtocolMapper:
+    """The line protocol's ``Mapper``: InfluxDB 1.x (``/write``) and 2.x precisions."""
+
+    def __init__(self, mapping: LineProtocolMapping) -> None:
+        self.mapping = mapping
+
+    def check(self, request: PushRequest) -> None:
+        self._unit(request)
+
+    def read(self, body: bytes, request: PushRequest, max_decoded_bytes: int) -> Pending:
+        unit = self._unit(request)
+
+        def work(now: float) -> Decoded:
+            decoded = map_line_protocol(body, self.mapping, unit_ns=unit, now=now)
+            # Lines of other measurements are skipped unread: counted as lines.
+            decoded.counts["unmatched_lines"] = decoded.counts.pop("unmatched", 0)
+            return decoded
+
+        # Stateless: the series are counted after mapping, a refusal then loses nothing.
+        return Pending(None, work)
+
+    @staticmethod
+    def _unit(request: PushRequest) -> int:
+        v1 = request.route.path == INFLUX_V1
+        return lp.precision_ns(request.query.get("precision"), v1=v1)

@@ -1,0 +1,1 @@
+"""The push protocols: one module each, setting ``PROTOCOL`` (``push/protocol.py``)."""
