@@ -19,6 +19,7 @@ from aiohttp import web
 
 from loadwatcher.config import Settings
 from loadwatcher.engine import Engine, EngineOptions
+from loadwatcher.engine.clocks import ClockWatch
 from loadwatcher.http import api, edge
 from loadwatcher.http.security import TlsReloader, TokenFile
 from loadwatcher.journal.sqlite import Journal
@@ -86,6 +87,7 @@ def build_engine(settings: Settings) -> Engine:
         registry.metric_names(settings),
         corroborating=registry.build_corroborating_provider(settings),
     )
+    engine.clock_watch = ClockWatch(accept_after_s=settings.journal.retention_s)
     # Health names the provider as the configuration does (prometheus, metrics-server);
     # the wire `source` keeps the Go load-watcher's spelling (Prometheus, ...).
     engine.provider_status.name = settings.provider.name

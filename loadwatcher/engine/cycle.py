@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loadwatcher import allocator
-from loadwatcher.engine import freshness, published, restore
+from loadwatcher.engine import clocks, freshness, published, restore
 from loadwatcher.engine.corroborating import CorroboratingSource
 from loadwatcher.engine.persistence import Persistence
 from loadwatcher.engine.published import Published
@@ -123,6 +123,9 @@ class Engine:
         self.clock_skew: tuple[float, frozenset[str]] | None = None
         self.provider_status = health.ProviderStatus(provider.source)
         self.journal_status = health.JournalStatus(journal.path if journal else None)
+        # Set by the app (the real clocks): a wall-clock step pauses trimming (``clocks``).
+        self.clock_watch: clocks.ClockWatch | None = None
+        self.clock_step: float | None = None
         self.metrics = metrics or SelfMetrics()
         self.metrics.watch(self._metrics_state)
         self.corroborating = CorroboratingSource(corroborating) if corroborating else None
@@ -181,6 +184,8 @@ class Engine:
 
     async def _cycle(self, now: float) -> None:
         started = time.perf_counter()
+        if self.clock_watch is not None:
+            self.clock_step = self.clock_watch.look()
         status = self.provider_status
         await self.wait_idle_work()
         if self.current is None and not self.store.keys:
@@ -386,9 +391,10 @@ class Engine:
         """Merge a poll in: samples ahead of the clock refused (and those held that the
         clock stepping back put ahead of it), series idle for the whole retention forgotten
         once there are enough of them."""
-        keep_from = now - self.options.retention_s
+        keep_from = self.keep_from(now)
         latest = now + self.options.future_tolerance_s
-        withdrawn = self.store.forget_after(latest)
+        # While the wall clock has stepped, held samples are neither trimmed nor taken back.
+        withdrawn = self.store.forget_after(latest) if self.clock_step is None else 0
         split = len(result.batches) - result.pushed
         pushed = result.batches[split:]
         # Without pushed samples, the poll's own list: a cold start empties it as it merges.
@@ -509,8 +515,15 @@ class Engine:
     ) -> None:
         if self._persistence is None or body is None:
             return
-        trim_before = now - self.options.retention_s
+        trim_before = self.keep_from(now)
         await self._persistence.write(list(self.store.keys), added, body, taken_at, trim_before)
+
+    def keep_from(self, now: float) -> float:
+        """The oldest sample time the retention keeps at ``now``; nothing is trimmed while
+        the wall clock has stepped (``clocks``)."""
+        if self.clock_step is not None:
+            return -math.inf
+        return now - self.options.retention_s
 
     async def wait_idle_work(self) -> None:
         """Wait for the work the last cycle left for the idle time before the next one:
@@ -574,13 +587,19 @@ class Engine:
         )
 
     def _service_problems(self) -> tuple[str, ...]:
-        if self.clock_skew is None:
-            return ()
-        tolerance = self.options.future_tolerance_s
-        return (
-            f"clock skew: backend is {self.clock_skew[0]:.0f} s ahead (samples more than "
-            f"{tolerance:g} s ahead of this service's clock are dropped)",
-        )
+        problems: list[str] = []
+        if self.clock_step is not None:
+            problems.append(
+                f"{clocks.words(self.clock_step)} (against the monotonic clock): nothing is "
+                "trimmed by retention until the clocks agree"
+            )
+        if self.clock_skew is not None:
+            problems.append(
+                f"clock skew: backend is {self.clock_skew[0]:.0f} s ahead (samples more than "
+                f"{self.options.future_tolerance_s:g} s ahead of this service's clock are "
+                "dropped)"
+            )
+        return tuple(problems)
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -610,7 +629,7 @@ class Engine:
         if self._persistence is not None:
             # Not the backend's aggregates: a restart serves from the journal's samples.
             last = self.current.snapshot if self.current and self._summary is None else None
-            trim_before = self.clock() - self.options.retention_s
+            trim_before = self.keep_from(self.clock())
             await self._persistence.close(last, list(self.store.keys), trim_before)
         await self.provider.close()
         if self.corroborating is not None:

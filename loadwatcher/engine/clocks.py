@@ -1,0 +1,66 @@
+"""The wall clock watched against the monotonic clock: a step is seen, said and survived.
+
+Sample times are wall-clock times, and the retention trims by the wall clock: a step of it
+(an NTP step, a VM resumed after a pause, an operator's ``date -s``) would otherwise erase
+the whole history in one cycle (a step forward) or take back samples it now finds ahead of
+it (a step back). ``ClockWatch.look`` compares how far the wall clock moved with how far the
+monotonic clock did since the clocks last agreed: beyond ``tolerance_s`` a step is in force,
+and the engine trims nothing until it is understood -- the clocks agree again, or the step
+has lasted ``accept_after_s`` (the retention: by then every sample held was written under
+the new clock, and trimming resumes by it). NTP's slewing stays within the tolerance and is
+followed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+log = logging.getLogger("loadwatcher.engine")
+
+# Beyond this the wall clock moved otherwise than time passed: a step, not a slew (NTP
+# slews at most 0.5 ms a second).
+DEFAULT_STEP_TOLERANCE_S = 5.0
+
+
+@dataclass
+class ClockWatch:
+    """Seen ``look`` by ``look``; ``step_s`` is the step in force (+ forward), or None."""
+
+    accept_after_s: float
+    wall: Callable[[], float] = time.time
+    mono: Callable[[], float] = time.monotonic
+    tolerance_s: float = DEFAULT_STEP_TOLERANCE_S
+    step_s: float | None = None
+    _reference: float | None = None  # wall - mono when the clocks last agreed
+    _since: float | None = None  # monotonic time the step was first seen
+
+    def look(self) -> float | None:
+        """The step in force now, after comparing the clocks once more."""
+        mono = self.mono()
+        offset = self.wall() - mono
+        if self._reference is None:
+            self._reference = offset
+            return None
+        step = offset - self._reference
+        if abs(step) <= self.tolerance_s:
+            if self.step_s is not None:
+                log.info("clock step over: the wall clock agrees with the monotonic clock again")
+            self._reference, self.step_s, self._since = offset, None, None
+            return None
+        if self._since is None:
+            self._since = mono
+            log.error("%s; trimming by retention paused until the clocks agree", words(step))
+        elif mono - self._since >= self.accept_after_s:
+            log.warning("%s for %.0f s: taken as the right time", words(step), mono - self._since)
+            self._reference, self.step_s, self._since = offset, None, None
+            return None
+        self.step_s = step
+        return step
+
+
+def words(step_s: float) -> str:
+    """``clock stepped forward by 3600 s``."""
+    return f"clock stepped {'forward' if step_s > 0 else 'back'} by {abs(step_s):.0f} s"
