@@ -5,10 +5,11 @@ Sample times are wall-clock times, and the retention trims by the wall clock: a 
 the whole history in one cycle (a step forward) or take back samples it now finds ahead of
 it (a step back). ``ClockWatch.look`` compares how far the wall clock moved with how far the
 monotonic clock did since the clocks last agreed: beyond ``tolerance_s`` a step is in force,
-and the engine trims nothing until it is understood -- the clocks agree again, or the step
-has lasted ``accept_after_s`` (the retention: by then every sample held was written under
-the new clock, and trimming resumes by it). NTP's slewing stays within the tolerance and is
-followed.
+and the engine trims nothing until it is understood -- the clocks agree again; or a poll's
+samples from a backend with a clock of its own are fresh by the new time (``agreed``: the
+wall clock is right now, as after a VM resumes); or the step has lasted ``accept_after_s``
+(the retention: by then every sample held was written under the new clock). NTP's slewing
+stays within the tolerance and is followed.
 """
 
 from __future__ import annotations
@@ -59,6 +60,15 @@ class ClockWatch:
             return None
         self.step_s = step
         return step
+
+    def agreed(self) -> None:
+        """The backend's fresh samples agree with the wall clock as it is now (a VM resumed,
+        a wrong clock corrected): the step is understood, and taken as the right time."""
+        if self.step_s is None:
+            return
+        log.warning("%s: taken as the right time (the backend's samples agree)", words(self.step_s))
+        self._reference = self.wall() - self.mono()
+        self.step_s, self._since = None, None
 
 
 def words(step_s: float) -> str:

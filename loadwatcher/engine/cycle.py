@@ -55,6 +55,8 @@ _ALIGN_S = 0.02
 # stale_after_s old at most: its nodes stay ok for the rest (a minute by default), long
 # enough for the raw samples to load.
 _SUMMARY_FRESH_SHARE = 0.8
+# A step of the wall clock is understood when a poll brings samples at most this old by it.
+_STEP_AGREES_S = 60.0
 # Forgetting idle series renumbers the store; it waits until they are this share of the
 # series, so that churn pays it once per many polls.
 _FORGET_SHARE = 1 / 16
@@ -226,6 +228,7 @@ class Engine:
         if ingested.other_source:
             self.metrics.samples_dropped.labels("other_source").inc(ingested.other_source)
         self._judge_clock(added, now)
+        self._judge_step(added, now)
         if ingested.renumber is not None and self._persistence is not None:
             self._persistence.forget(ingested.renumber)
         self.node_info.update(result.node_info)
@@ -432,6 +435,17 @@ class Engine:
             if renumber is not None:
                 added = dataclasses.replace(added, added=renumbered(added.added, renumber))
         return Ingested(added, renumber, withdrawn, from_push, diverted)
+
+    def _judge_step(self, added: AddResult, now: float) -> None:
+        """A step is understood when a backend with a clock of its own sent samples that
+        are fresh by the stepped clock (the host provider stamps with this very clock: its
+        samples prove nothing)."""
+        watch = self.clock_watch
+        if watch is None or self.clock_step is None or self.provider.source == "host":
+            return
+        if len(added.added) and float(added.added.ts.max()) >= now - _STEP_AGREES_S:
+            watch.agreed()
+            self.clock_step = None
 
     def _judge_clock(self, added: AddResult, now: float) -> None:
         """Most of a poll's samples ahead of the clock: the backend's clock is ahead of

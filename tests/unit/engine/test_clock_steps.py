@@ -25,9 +25,10 @@ class Clocks:
     def __init__(self) -> None:
         self.mono = 1000.0
         self.step = 0.0
+        self.suspended = 0.0  # time the machine slept: the monotonic clock did not count it
 
     def true(self) -> float:
-        return BASE + self.mono
+        return BASE + self.mono + self.suspended
 
     def wall(self) -> float:
         return self.true() + self.step
@@ -118,6 +119,20 @@ async def test_a_step_that_lasts_the_retention_is_taken_as_the_right_time(tmp_pa
     await _polls(engine, clocks, 4)
     clocks.step = 600.0
     await _polls(engine, clocks, int(RETENTION_S // 15) + 2)
+    assert engine.clock_step is None
+    assert not any("clock stepped" in r for r in engine.health().body["serviceReasons"])
+    await engine.close()
+
+
+async def test_a_vm_resumed_after_an_hour_is_understood_by_the_backends_fresh_samples(
+    tmp_path: Path,
+) -> None:
+    clocks, db = Clocks(), tmp_path / "lw.db"
+    engine = _engine(db, clocks)
+    await engine.recover()
+    await _polls(engine, clocks, 10)
+    clocks.suspended = 3600.0  # the wall clock is right; the backend agrees with it
+    await _polls(engine, clocks, 1)
     assert engine.clock_step is None
     assert not any("clock stepped" in r for r in engine.health().body["serviceReasons"])
     await engine.close()
