@@ -155,3 +155,35 @@ def test_after_a_takeover_a_restart_serves_each_node_its_own_samples(
     assert served.keys() == expected.keys()
     for key, want in expected.items():
         assert served[key] == pytest.approx(want, abs=1e-6), key
+
+
+def test_a_restart_with_the_backend_down_serves_old_nodes_stale_from_the_first_byte(
+    prometheus_factory, tmp_path: Path
+) -> None:
+    """The service stops, the backend goes down, and the restart comes after the nodes'
+    newest samples are older than analysis.stale_after_s (5 s here): the very first answer
+    of the restart, from the journal, calls every node stale with its true lastSample."""
+    end = math.floor(time.time()) - 1
+    series = node_history(4, end)
+    prom = prometheus_factory(openmetrics_text(series))
+    db = tmp_path / "lw.db"
+    env = {"LOADWATCHER_ANALYSIS_STALE_AFTER_S": "5"}
+    first = Service.prometheus(prom.url, db, tmp_path / "first.log", **env).start()
+    try:
+        first.wait_status("/watcher", 200, timeout_s=20)
+    finally:
+        code, _ = first.terminate(15)
+    assert code == 0, first.log_tail()
+    prom.stop()
+    time.sleep(max(0.0, end + 6 - time.time()))
+    second = Service.prometheus(prom.url, db, tmp_path / "second.log", **env).start()
+    try:
+        second.wait_status("/watcher", 200, timeout_s=20)
+        body = json.loads(second.get("/watcher")[1])
+    finally:
+        second.terminate(15)
+    tags = {n: e["tags"] for n, e in body["data"]["NodeMetricsMap"].items()}
+    assert len(tags) == 4
+    assert {n: (t["quality"], t["lastSample"]) for n, t in tags.items()} == {
+        n: ("stale", end) for n in tags
+    }
