@@ -45,13 +45,22 @@ def aged(snap: Snapshot, now: float, stale_after_s: float) -> Tags | None:
     stale = np.isfinite(newest) & ((now - newest) > stale_after_s)
     tags = snap.tags
     untagged = [node for node in snap.nodes if "quality" not in tags.get(node, {})]
-    if not bool(stale.any()) and not untagged:
+    keys = snap.keys
+    # Only nodes with a stale series not tagged so yet, or with no quality, can change: a
+    # fleet with a few drained nodes costs a few lookups a look, not a walk of every series.
+    candidates = set(untagged)
+    for sid in np.asarray(sids)[stale].tolist():
+        node = keys[sid][0]
+        old = tags.get(node, {})
+        if _severity(old.get("quality")) < _STALE or "lastSample" not in old:
+            candidates.add(node)
+    if not candidates:
         return None
     by_node: dict[str, dict[str, tuple[bool, float]]] = {}
-    keys = snap.keys
     for sid, is_stale, t in zip(sids, stale.tolist(), newest.tolist(), strict=True):
         node, resource = keys[sid]
-        by_node.setdefault(node, {})[resource.value] = (is_stale, t)
+        if node in candidates:
+            by_node.setdefault(node, {})[resource.value] = (is_stale, t)
     changed: Tags = {}
     for node, series in by_node.items():
         old = tags.get(node, {})
