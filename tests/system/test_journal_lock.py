@@ -167,8 +167,9 @@ def test_a_restart_with_the_backend_down_serves_old_nodes_stale_from_the_first_b
     series = node_history(4, end)
     prom = prometheus_factory(openmetrics_text(series))
     db = tmp_path / "lw.db"
-    env = {"LOADWATCHER_ANALYSIS_STALE_AFTER_S": "5"}
-    first = Service.prometheus(prom.url, db, tmp_path / "first.log", **env).start()
+    first = Service.prometheus(
+        prom.url, db, tmp_path / "first.log", LOADWATCHER_ANALYSIS_STALE_AFTER_S="5"
+    ).start()
     try:
         first.wait_status("/watcher", 200, timeout_s=20)
     finally:
@@ -176,7 +177,9 @@ def test_a_restart_with_the_backend_down_serves_old_nodes_stale_from_the_first_b
     assert code == 0, first.log_tail()
     prom.stop()
     time.sleep(max(0.0, end + 6 - time.time()))
-    second = Service.prometheus(prom.url, db, tmp_path / "second.log", **env).start()
+    second = Service.prometheus(
+        prom.url, db, tmp_path / "second.log", LOADWATCHER_ANALYSIS_STALE_AFTER_S="5"
+    ).start()
     try:
         second.wait_status("/watcher", 200, timeout_s=20)
         body = json.loads(second.get("/watcher")[1])
