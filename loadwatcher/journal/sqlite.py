@@ -29,10 +29,12 @@ remembers the next one): an old chunk may still hold a forgotten id.
 A failed write (disk full, read-only, I/O error) leaves the connection usable: the next
 write simply tries again, and the engine hands it the samples of the failed ones.
 
-The file is created owner-only (0600). A file that is not a database, fails its integrity
-check or carries another schema version is moved aside (``<name>.corrupt-<unix time>``)
-and a new one started: the service must not crash-loop on it, and the bad file is kept for
-inspection.
+The file is created owner-only (0600). A journal of ours that fails its integrity check
+or carries another schema version is moved aside (``<name>.corrupt-<unix time>``) and a
+new one started: the service must not crash-loop on it, and the bad file is kept for
+inspection. A file that is not a journal of ours (``identity``: a text file, another
+application's database) is never touched: ``open`` raises ``identity.NotAJournal`` before
+it takes the lock.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ import aiosqlite
 import numpy as np
 
 from loadwatcher.errors import JournalError
-from loadwatcher.journal import codec, lock, schema
+from loadwatcher.journal import codec, identity, lock, schema
 from loadwatcher.model import Columns, Resource
 
 _RESOURCES = {str(r): r for r in Resource}
@@ -101,6 +103,9 @@ class Journal:
         reason: str | None = None
         try:
             schema.make_parent(self.path)
+            looks = identity.foreign(self.path)
+            if looks is not None:  # before the lock: not even a lock file beside it
+                raise identity.NotAJournal(f"{self.path} is {looks}; left as it is")
             self._lock = lock.acquire(self.path)
             try:
                 await self._connect_and_check()
@@ -146,7 +151,7 @@ class Journal:
 
     async def _connect_and_check(self) -> None:
         self._db = await schema.connect(self.path)
-        await schema.check(self._db)
+        await schema.check(self._db, self.path)
 
     def _conn(self) -> aiosqlite.Connection:
         if self._db is None:
