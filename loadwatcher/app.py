@@ -26,7 +26,7 @@ from loadwatcher.journal import identity
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.pipeline import analysis
 from loadwatcher.providers import push as push_provider
-from loadwatcher.providers import registry
+from loadwatcher.providers import registry, source
 from loadwatcher.providers.push.buffer import PushBuffer
 from loadwatcher.providers.push.provider import PushProvider
 
@@ -53,7 +53,8 @@ async def _reload_tls(tls: TlsReloader, stop: asyncio.Event) -> None:
 
 
 def build_engine(settings: Settings) -> Engine:
-    journal = Journal(settings.journal.path) if settings.journal.path else None
+    path = settings.journal.path
+    journal = Journal(path, source.source_of(settings)) if path else None
     a = settings.analysis
     provider = registry.build_provider(settings)
     push = settings.section(push_provider.SECTION)

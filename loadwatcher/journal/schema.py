@@ -140,7 +140,12 @@ def must_move_aside(exc: sqlite3.DatabaseError) -> bool:
 
 def quarantine(path: str) -> str:
     """Move the file, with its -wal and -shm, to ``<path>.corrupt-<unix time>``."""
-    target = f"{path}.corrupt-{int(time.time())}"
+    return move_aside(path, "corrupt")
+
+
+def move_aside(path: str, why: str) -> str:
+    """Move the file, with its -wal and -shm, to ``<path>.<why>-<unix time>``."""
+    target = f"{path}.{why}-{int(time.time())}"
     for suffix in ("", "-wal", "-shm"):
         if os.path.exists(path + suffix):
             os.replace(path + suffix, target + suffix)
