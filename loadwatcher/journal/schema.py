@@ -144,9 +144,17 @@ def quarantine(path: str) -> str:
 
 
 def move_aside(path: str, why: str) -> str:
-    """Move the file, with its -wal and -shm, to ``<path>.<why>-<unix time>``."""
-    target = f"{path}.{why}-{int(time.time())}"
-    for suffix in ("", "-wal", "-shm"):
+    """Move the file, with its -wal and -shm, to ``<path>.<why>-<unix time>`` (``-<n>``
+    added when a file moved aside in the same second holds that name)."""
+    stem = target = f"{path}.{why}-{int(time.time())}"
+    n = 0
+    while any(os.path.lexists(target + suffix) for suffix in ("", "-wal", "-shm")):
+        n += 1
+        target = f"{stem}-{n}"
+    # The WAL first: stopped half-way, the old file stays at the path without its WAL (and
+    # is judged again at the next start), never a new file beside the old one's WAL, which
+    # SQLite would replay into it.
+    for suffix in ("-wal", "-shm", ""):
         if os.path.exists(path + suffix):
             os.replace(path + suffix, target + suffix)
     return target

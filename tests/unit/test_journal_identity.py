@@ -7,11 +7,12 @@ No backend: these drive ``Journal.open`` and ``identity`` directly on files made
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_journal_format import (  # type: ignore[import-not-found]
     assert_moved_aside_and_replaced,
@@ -152,3 +153,32 @@ def test_any_bytes_that_are_not_an_sqlite_header_are_foreign_or_empty(data: byte
     assert app_id is None or data.startswith(b"SQLite format 3\x00")
     kind = identity._kind(data)
     assert kind in ("a text file", "a binary file")
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.binary(min_size=1, max_size=300), sqlite_magic=st.booleans())
+def test_any_file_that_is_not_ours_is_refused_byte_for_byte(
+    tmp_path_factory: pytest.TempPathFactory, data: bytes, sqlite_magic: bool
+) -> None:
+    """A hostile or careless file of any bytes (an SQLite magic included, with whatever
+    follows): never moved aside, never changed, no traceback, nothing left beside it."""
+    where = tmp_path_factory.mktemp("any")
+    db = where / "lw.db"
+    body = (b"SQLite format 3\x00" + data) if sqlite_magic else data
+    if identity.application_id(body[:100]) == APPLICATION_ID:
+        return  # ours by its mark: a damaged journal, moved aside (tested above)
+    db.write_bytes(body)
+    journal = Journal(str(db))
+
+    async def attempt() -> None:
+        try:
+            await journal.open()
+        except NotAJournal:
+            return
+        finally:
+            await journal.close()
+        raise AssertionError("opened")
+
+    asyncio.run(attempt())
+    assert db.read_bytes() == body
+    assert [p.name for p in where.iterdir()] == ["lw.db"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from test_journal_format import KEYS, cols  # type: ignore[import-not-found]
 
 from loadwatcher.engine.persistence import Persistence
 from loadwatcher.engine.selfmetrics import SelfMetrics
+from loadwatcher.journal import schema
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.pipeline import health
 from loadwatcher.providers.source import public_address, source_of
@@ -178,3 +180,39 @@ def test_pushes_beside_a_poller_are_part_of_its_description() -> None:
 def test_userinfo_never_survives_the_address(user: str, password: str) -> None:
     address = public_address(f"http://{user}:{password}@host:9090/")
     assert address == "http://host:9090"
+
+
+async def test_two_moves_in_one_second_keep_both_files(tmp_path: Path) -> None:
+    """host, prometheus, host again within a second: each moved file is kept."""
+    db = tmp_path / "lw.db"
+    await written(db, HOST)
+    await written(db, PROM)  # moves the host's aside
+    await written(db, HOST)  # moves prometheus's aside, perhaps in the same second
+    moved = moved_files(db)
+    assert len(moved) == 2
+    assert sorted(json.dumps(recorded(p), sort_keys=True) for p in moved) == sorted(
+        json.dumps(s, sort_keys=True) for s in (HOST, PROM)
+    )
+
+
+def test_a_move_stopped_half_way_never_leaves_the_old_wal_beside_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed between the renames: a new file at the path must never meet the old one's
+    WAL (SQLite would replay it into the new file); the old main file may stay."""
+    db = tmp_path / "lw.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").write_bytes(b"x")
+    real_replace = os.replace
+    calls: list[str] = []
+
+    def replace_once(src: str, dst: str) -> None:
+        calls.append(src)
+        if len(calls) > 1:
+            raise OSError(5, "Input/output error")  # the kill, after the first rename
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace_once)
+    with pytest.raises(OSError):
+        schema.move_aside(str(db), "other-source")
+    assert not Path(f"{db}-wal").exists() and db.exists()
