@@ -54,6 +54,12 @@ def _run_host(db: Path, log: Path) -> set[str]:
     return served
 
 
+def _qualities(service: Service) -> set[str]:
+    _, body = service.get("/watcher")
+    entries = json.loads(body)["data"]["NodeMetricsMap"].values()
+    return {str(e.get("tags", {}).get("quality")) for e in entries}
+
+
 def _reasons(service: Service) -> list[str]:
     body: dict[str, Any] = service.health()[1]
     return list(body["reasons"])
@@ -99,10 +105,15 @@ def test_host_then_prometheus_serves_only_prometheus_nodes_then_restores_them(
     series = node_history(4, math.floor(time.time()) - 1)
     expected = node_names(series)
     prom_server = prometheus_factory(openmetrics_text(series))
-    first = Service.prometheus(prom_server.url, db, tmp_path / "first.log")
+    # The default coverage rule: a node backfilled only since the host's newest sample
+    # (the old first poll asked for a minute, not the window) would be low_coverage.
+    first = Service.prometheus(
+        prom_server.url, db, tmp_path / "first.log", LOADWATCHER_ANALYSIS_MIN_COVERAGE="0.5"
+    )
     try:
         first.start().wait_status("/readyz", 200)
         first.wait_until("the first good poll served", lambda: _nodes(first) == expected)
+        assert _qualities(first) == {"ok"}, _qualities(first)
         assert not (expected & host_nodes)  # the test means something: other names
         first.wait_until(
             "health no longer naming the moved journal",
