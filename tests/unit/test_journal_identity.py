@@ -182,3 +182,25 @@ def test_any_file_that_is_not_ours_is_refused_byte_for_byte(
     asyncio.run(attempt())
     assert db.read_bytes() == body
     assert [p.name for p in where.iterdir()] == ["lw.db"]
+
+
+async def test_a_directory_at_the_path_is_refused_not_replaced(tmp_path: Path) -> None:
+    db = tmp_path / "lw.db"
+    db.mkdir()
+    (db / "keep").write_text("x")
+    journal = Journal(str(db))
+    with pytest.raises(NotAJournal, match="is a directory"):
+        await journal.open()
+    assert [p.name for p in db.iterdir()] == ["keep"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lw.db"]
+
+
+async def test_an_unmarked_unreadable_database_is_left_alone(tmp_path: Path) -> None:
+    """Without the mark, a damaged SQLite file may be anyone's: refused, not moved."""
+    db = tmp_path / "lw.db"
+    body = b"SQLite format 3\x00" + b"\x10\x00\x01\x01" + b"\x00" * 80 + b"\xa5" * 4000
+    db.write_bytes(body)
+    journal = Journal(str(db))
+    with pytest.raises(NotAJournal, match="cannot be read"):
+        await journal.open()
+    assert db.read_bytes() == body and [p.name for p in tmp_path.iterdir()] == ["lw.db"]
