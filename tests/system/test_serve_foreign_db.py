@@ -35,7 +35,10 @@ def test_serve_refuses_a_file_that_is_not_a_journal_and_leaves_it(tmp_path: Path
     service = Service.prometheus(f"http://127.0.0.1:{free_port()}", db, tmp_path / "lw.log")
     service.start()
     assert service.proc is not None
-    code = service.proc.wait(30)
+    try:
+        code = service.proc.wait(30)
+    finally:
+        service.kill()  # a service that did not refuse must not outlive the test
     assert code == 2, service.log_tail()
     lines = [line for line in service.log_text().splitlines() if not line.startswith("====")]
     assert lines == [
