@@ -20,12 +20,14 @@ from aiohttp import web
 from loadwatcher.config import Settings
 from loadwatcher.engine import Engine, EngineOptions
 from loadwatcher.engine.clocks import ClockWatch
+from loadwatcher.errors import ConfigError
 from loadwatcher.http import api, edge
 from loadwatcher.http.security import TlsReloader, TokenFile
+from loadwatcher.journal import identity
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.pipeline import analysis
 from loadwatcher.providers import push as push_provider
-from loadwatcher.providers import registry
+from loadwatcher.providers import registry, source
 from loadwatcher.providers.push.buffer import PushBuffer
 from loadwatcher.providers.push.provider import PushProvider
 
@@ -52,7 +54,8 @@ async def _reload_tls(tls: TlsReloader, stop: asyncio.Event) -> None:
 
 
 def build_engine(settings: Settings) -> Engine:
-    journal = Journal(settings.journal.path) if settings.journal.path else None
+    path = settings.journal.path
+    journal = Journal(path, source.source_of(settings)) if path else None
     a = settings.analysis
     provider = registry.build_provider(settings)
     push = settings.section(push_provider.SECTION)
@@ -141,6 +144,14 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     tokens = TokenFile(server.auth_token_file) if server.auth_token_file else None
     if tokens is not None:
         tokens.require("server.auth_token_file")  # before anything starts: exit 2
+    if settings.journal.path:
+        # Someone else's file (a typo'd --db) is refused, never moved aside: exit 2.
+        looks = identity.foreign(settings.journal.path)
+        if looks is not None:
+            raise ConfigError(
+                "journal.path",
+                f"{settings.journal.path} is {looks}; left as it is (name a journal or a new file)",
+            )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)

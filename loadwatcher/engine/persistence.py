@@ -24,6 +24,7 @@ from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import Columns, Resource
 from loadwatcher.pipeline import health, snapshot
 from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.providers import source
 from loadwatcher.words import plural
 
 log = logging.getLogger("loadwatcher.engine")
@@ -54,6 +55,18 @@ class Persistence:
                 report.reason,
                 report.quarantined,
             )
+        if report.other_source:
+            ours = self.journal.source or {}
+            said = (
+                f"journal {self.journal.path} was written by another source "
+                f"({source.shown(report.previous)}), not by this one ({source.shown(ours)}): "
+                f"moved aside to {report.other_source}, its data is not served"
+            )
+            log.error("%s", said)
+            self.status.other_source = (
+                f"journal of another source moved aside to {report.other_source}; "
+                "starting without history"
+            )
 
     async def write(
         self,
@@ -75,6 +88,7 @@ class Persistence:
             self.failed(exc)
             return
         self.unwritten = no_samples()
+        self.status.other_source = None  # a good poll of this source is in the file now
         self.metrics.journal_write.observe(time.perf_counter() - started)
         if self._fold_error is None:
             self.recovered(f" ({plural(len(pending) - len(added), 'sample')} caught up)")

@@ -1,8 +1,9 @@
 """The journal file's tables, and the checks a file passes before it is used.
 
 A file is used when it is new (no tables: the tables are created in one transaction) or
-holds this schema version and passes ``PRAGMA quick_check``. Any other file raises
-``sqlite3.DatabaseError`` and ``Journal.open`` moves it aside (``quarantine``).
+holds this schema version and passes ``PRAGMA quick_check``. A journal of ours that fails
+raises ``sqlite3.DatabaseError`` and ``Journal.open`` moves it aside (``quarantine``); a
+file that is not ours (``identity``) raises ``identity.NotAJournal`` and is left alone.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import aiosqlite
+
+from loadwatcher.journal import identity
 
 SCHEMA_VERSION = 3
 CACHE_KIB = 256  # SQLite's page cache per connection
@@ -72,9 +75,17 @@ async def connect(path: str) -> aiosqlite.Connection:
     return db
 
 
-async def check(db: aiosqlite.Connection) -> None:
+async def check(db: aiosqlite.Connection, path: str) -> None:
     """Check the file, switch it to WAL mode and create the tables of a new one; raises
-    ``sqlite3.DatabaseError`` for a file that must be moved aside."""
+    ``sqlite3.DatabaseError`` for a journal of ours that must be moved aside and
+    ``identity.NotAJournal`` for a file that is not ours."""
+    # Read before anything else: ``Journal.open`` looked at the header already, but a file
+    # whose tables were still in its WAL looked empty then.
+    async with db.execute("PRAGMA application_id") as cur:
+        row = await cur.fetchone()
+    marked = row is not None and int(row[0]) == identity.APPLICATION_ID
+    if row is not None and int(row[0]) not in (0, identity.APPLICATION_ID):
+        raise identity.NotAJournal(f"{path} is an SQLite database of another application")
     # quick_check is the cheap form of integrity_check: it skips index cross-checks.
     async with db.execute("PRAGMA quick_check") as cur:
         row = await cur.fetchone()
@@ -82,7 +93,12 @@ async def check(db: aiosqlite.Connection) -> None:
         raise sqlite3.DatabaseError(f"integrity check failed: {_first_problem(row)}")
     # The version is read before anything is written (WAL mode included), so that a file
     # of another layout is moved aside as it was.
-    version = await _version(db)
+    try:
+        version = await _version(db)
+    except sqlite3.DatabaseError as exc:
+        if marked:
+            raise
+        raise identity.NotAJournal(f"{path} is {exc}") from exc
     if version is not None and version != str(SCHEMA_VERSION):
         # No version was ever released with another schema, so there is nothing to convert.
         raise sqlite3.DatabaseError(f"unknown journal schema version {version}")
@@ -91,9 +107,11 @@ async def check(db: aiosqlite.Connection) -> None:
     if version is None:
         # One transaction: a file with tables but no version is never one of ours.
         await db.executescript(
-            f"BEGIN IMMEDIATE; {_TABLES} "
+            f"BEGIN IMMEDIATE; PRAGMA application_id = {identity.APPLICATION_ID}; {_TABLES} "
             f"INSERT INTO meta VALUES ('schema', '{SCHEMA_VERSION}'); COMMIT;"
         )
+    elif not marked:  # a journal of a release before the mark
+        await db.execute(f"PRAGMA application_id = {identity.APPLICATION_ID}")
 
 
 async def _version(db: aiosqlite.Connection) -> str | None:
@@ -106,9 +124,9 @@ async def _version(db: aiosqlite.Connection) -> str | None:
         async with db.execute("SELECT value FROM meta WHERE key = 'schema'") as cur:
             row = await cur.fetchone()
     except sqlite3.OperationalError as exc:  # no meta table, or not ours
-        raise sqlite3.DatabaseError(f"not a loadwatcher journal: {exc}") from exc
+        raise sqlite3.DatabaseError(f"not a loadwatcher journal ({exc})") from exc
     if row is None:
-        raise sqlite3.DatabaseError("not a loadwatcher journal: no schema version")
+        raise sqlite3.DatabaseError("not a loadwatcher journal (no schema version)")
     return str(row[0])
 
 
@@ -122,8 +140,21 @@ def must_move_aside(exc: sqlite3.DatabaseError) -> bool:
 
 def quarantine(path: str) -> str:
     """Move the file, with its -wal and -shm, to ``<path>.corrupt-<unix time>``."""
-    target = f"{path}.corrupt-{int(time.time())}"
-    for suffix in ("", "-wal", "-shm"):
+    return move_aside(path, "corrupt")
+
+
+def move_aside(path: str, why: str) -> str:
+    """Move the file, with its -wal and -shm, to ``<path>.<why>-<unix time>`` (``-<n>``
+    added when a file moved aside in the same second holds that name)."""
+    stem = target = f"{path}.{why}-{int(time.time())}"
+    n = 0
+    while any(os.path.lexists(target + suffix) for suffix in ("", "-wal", "-shm")):
+        n += 1
+        target = f"{stem}-{n}"
+    # The WAL first: stopped half-way, the old file stays at the path without its WAL (and
+    # is judged again at the next start), never a new file beside the old one's WAL, which
+    # SQLite would replay into it.
+    for suffix in ("-wal", "-shm", ""):
         if os.path.exists(path + suffix):
             os.replace(path + suffix, target + suffix)
     return target

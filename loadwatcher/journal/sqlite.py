@@ -29,18 +29,21 @@ remembers the next one): an old chunk may still hold a forgotten id.
 A failed write (disk full, read-only, I/O error) leaves the connection usable: the next
 write simply tries again, and the engine hands it the samples of the failed ones.
 
-The file is created owner-only (0600). A file that is not a database, fails its integrity
-check or carries another schema version is moved aside (``<name>.corrupt-<unix time>``)
-and a new one started: the service must not crash-loop on it, and the bad file is kept for
-inspection.
+The file is created owner-only (0600). A journal of ours that fails its integrity check
+or carries another schema version is moved aside (``<name>.corrupt-<unix time>``) and a
+new one started: the service must not crash-loop on it, and the bad file is kept for
+inspection. A file that is not a journal of ours (``identity``: a text file, another
+application's database) is never touched: ``open`` raises ``identity.NotAJournal`` before
+it takes the lock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +51,7 @@ import aiosqlite
 import numpy as np
 
 from loadwatcher.errors import JournalError
-from loadwatcher.journal import codec, lock, schema
+from loadwatcher.journal import codec, identity, lock, schema
 from loadwatcher.model import Columns, Resource
 
 _RESOURCES = {str(r): r for r in Resource}
@@ -69,17 +72,23 @@ class StoredSamples:
 @dataclass(frozen=True)
 class OpenReport:
     """How opening went: ``quarantined`` names the file moved aside, if any, and
-    ``reason`` says why it was."""
+    ``reason`` says why it was; ``other_source`` names the file moved aside because another
+    source wrote it, and ``previous`` is that source (None: not recorded)."""
 
     quarantined: str | None = None
     reason: str | None = None
+    other_source: str | None = None
+    previous: dict[str, str] | None = None
 
 
 class Journal:
     """One SQLite file; every method raises JournalError, never sqlite3 errors."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, source: Mapping[str, str] | None = None) -> None:
         self.path = path
+        # What produced the samples (``providers/source.py``): a file written by another
+        # source is moved aside rather than restored. None: not checked (tools, tests).
+        self.source = dict(source) if source is not None else None
         self._db: aiosqlite.Connection | None = None
         self._lock: int | None = None  # the lock file's descriptor while open
         self.on_refused: Callable[[codec.Refused], None] | None = None
@@ -101,6 +110,9 @@ class Journal:
         reason: str | None = None
         try:
             schema.make_parent(self.path)
+            looks = identity.foreign(self.path)
+            if looks is not None:  # before the lock: not even a lock file beside it
+                raise identity.NotAJournal(f"{self.path} is {looks}; left as it is")
             self._lock = lock.acquire(self.path)
             try:
                 await self._connect_and_check()
@@ -113,6 +125,7 @@ class Journal:
                     await self._connect_and_check()
                 except sqlite3.Error as exc2:
                     raise JournalError(f"cannot create journal {self.path}: {exc2}") from exc2
+            moved, previous = await self._claim()
             await self._read_series()
         except JournalError:
             await self._close_quietly()
@@ -124,7 +137,45 @@ class Journal:
         except sqlite3.Error as exc:
             await self._close_quietly()
             raise JournalError(f"cannot read journal {self.path}: {exc}") from exc
-        return OpenReport(quarantined, reason)
+        return OpenReport(quarantined, reason, moved, previous)
+
+    async def _claim(self) -> tuple[str | None, dict[str, str] | None]:
+        """Record this journal's source; a file another source wrote (or an earlier
+        release, without a record, that holds data) is moved aside and a new one started.
+        Returns the moved file's path and the source recorded in it."""
+        if self.source is None:
+            return None, None
+        recorded = await self._meta("source")
+        previous = _parse_source(recorded)
+        if previous == self.source:
+            return None, None
+        if recorded is not None or await self._holds_data():
+            await self._close_db()  # the lock stays: the file is still ours to replace
+            moved = schema.move_aside(self.path, "other-source")
+            try:
+                await self._connect_and_check()
+            except sqlite3.Error as exc:
+                raise JournalError(f"cannot create journal {self.path}: {exc}") from exc
+        else:
+            moved = None
+        text = json.dumps(self.source, sort_keys=True)
+        await self._conn().execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('source', ?)", (text,)
+        )
+        return moved, previous
+
+    async def _meta(self, key: str) -> str | None:
+        async with self._conn().execute("SELECT value FROM meta WHERE key = ?", (key,)) as cur:
+            row = await cur.fetchone()
+        return None if row is None else str(row[0])
+
+    async def _holds_data(self) -> bool:
+        db = self._conn()
+        for table in ("series", "chunks", "snapshot"):
+            async with db.execute(f"SELECT 1 FROM {table} LIMIT 1") as cur:
+                if await cur.fetchone() is not None:
+                    return True
+        return False
 
     async def _read_series(self) -> None:
         async with self._conn().execute("SELECT id, node, resource FROM series") as cur:
@@ -146,7 +197,7 @@ class Journal:
 
     async def _connect_and_check(self) -> None:
         self._db = await schema.connect(self.path)
-        await schema.check(self._db)
+        await schema.check(self._db, self.path)
 
     def _conn(self) -> aiosqlite.Connection:
         if self._db is None:
@@ -344,3 +395,16 @@ class Journal:
         if self._lock is not None:  # after the connection: no write outlives the lock
             lock.release(self._lock)
             self._lock = None
+
+
+def _parse_source(text: str | None) -> dict[str, str] | None:
+    """A recorded source; an unreadable record is nobody's (never equal to ours)."""
+    if text is None:
+        return None
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return {"unreadable": text[:80]}
+    if not isinstance(parsed, dict):
+        return {"unreadable": text[:80]}
+    return {str(k): str(v) for k, v in parsed.items()}

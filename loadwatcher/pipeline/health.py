@@ -36,6 +36,9 @@ class JournalStatus:
     ok: bool = True
     error: str | None = None
     quarantined: str | None = None
+    # The journal found held another source's data, moved aside: said until the first good
+    # poll is written.
+    other_source: str | None = None
 
     @property
     def enabled(self) -> bool:
@@ -119,6 +122,8 @@ def evaluate(
     # history, and only an operator can free the disk or fix the volume.
     if journal.enabled and not journal.ok:
         service.append(f"journal unwritable, running without persistence: {journal.error}")
+    if journal.other_source is not None:
+        service.append(journal.other_source)
     service.extend(service_problems)
     if snapshot_taken_at is not None and nodes == 0:
         service.append("no node has any sample")
@@ -173,6 +178,7 @@ def evaluate(
             "path": journal.path,
             "error": journal.error,
             "quarantined": journal.quarantined,
+            "otherSource": journal.other_source,
         },
         "snapshot": {
             "takenAt": snapshot_taken_at,

@@ -15,6 +15,7 @@ from faults import journal_rows
 from service import prometheus_engine
 from synth import node_history, node_names
 
+from loadwatcher.journal.identity import APPLICATION_ID
 from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
 
@@ -74,15 +75,25 @@ async def test_retention_trims_old_samples_from_the_file(prometheus_factory, tmp
     assert len(in_retention) == len(engine.store.columns)
 
 
-async def test_corrupt_file_is_moved_aside(tmp_path) -> None:
+def damaged_journal(db: Path) -> bytes:
+    """A journal of ours (its header's mark) whose pages are garbage; its bytes."""
+    with sqlite3.connect(db) as conn:
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    body = db.read_bytes()[:100] + b"this is not a database, it is garbage" * 100
+    db.write_bytes(body)
+    return body
+
+
+async def test_corrupt_journal_is_moved_aside(tmp_path) -> None:
     db = tmp_path / "lw.db"
-    db.write_bytes(b"this is not a database, it is garbage" * 100)
+    body = damaged_journal(db)
     engine = prometheus_engine(f"http://127.0.0.1:{free_port()}", LOADWATCHER_JOURNAL_PATH=str(db))
     try:
         await engine.recover()
         assert engine.journal is not None and engine.journal_status.ok
         quarantined = engine.journal_status.quarantined
-        assert quarantined is not None and Path(quarantined).read_bytes().startswith(b"this is")
+        assert quarantined is not None and Path(quarantined).read_bytes() == body
         assert engine.health().body["journal"]["quarantined"] == quarantined
     finally:
         await engine.close()

@@ -279,19 +279,6 @@ async def test_a_file_of_another_schema_version_is_moved_aside(
     await assert_moved_aside_and_replaced(db, f"unknown journal schema version {version}")
 
 
-async def test_a_database_that_is_not_a_journal_is_moved_aside(tmp_path: Path) -> None:
-    db = tmp_path / "lw.db"
-    with sqlite3.connect(db) as conn:
-        conn.execute("CREATE TABLE notes (body TEXT)")
-    await assert_moved_aside_and_replaced(db, "not a loadwatcher journal")
-
-
-async def test_a_file_that_is_not_a_database_is_moved_aside(tmp_path: Path) -> None:
-    db = tmp_path / "lw.db"
-    db.write_bytes(b"this is not a database, it is garbage" * 100)
-    await assert_moved_aside_and_replaced(db, "not a database")
-
-
 async def test_a_file_failing_its_quick_check_is_moved_aside(tmp_path: Path) -> None:
     db = tmp_path / "lw.db"
     await write(db, (cols([0, 1], [10, 10], [1, 2]), 0))
