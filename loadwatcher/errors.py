@@ -13,11 +13,21 @@ boundary (``raise ... from exc``) so callers never see a library's exception.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 
 
 class LoadwatcherError(Exception):
     """Base class of every error this package raises on purpose."""
+
+
+# ``scheme://user:password@host``: the credentials of a URL, never shown in a message.
+_USERINFO = re.compile(r"(?<=//)[^/@\s]+@")
+
+
+def without_credentials(text: str) -> str:
+    """``text`` with the user and password of every URL in it replaced by ``***``."""
+    return _USERINFO.sub("***@", text)
 
 
 class ConfigError(LoadwatcherError):
@@ -63,6 +73,9 @@ class ProviderError(LoadwatcherError):
         query: str | None = None,
         retry_after_s: float | None = None,
     ) -> None:
+        # An address may carry a user and password (http://user:pass@host): messages go to
+        # the log, health and /metrics, the credentials never do.
+        message = without_credentials(message)
         super().__init__(message)
         self.kind = kind
         self.message = message
