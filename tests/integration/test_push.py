@@ -281,7 +281,11 @@ async def test_line_protocol_from_the_influxdb_client_and_v1_gzip(aiohttp_server
                         Point("mem")
                         .tag("host", "lp-a")
                         .field("used_percent", 30.0 + k)
+                        .field("total", 16 * 2**30)
                         .time(t * 10**9)
+                    )
+                    points.append(
+                        Point("system").tag("host", "lp-a").field("n_cpus", 8).time(t * 10**9)
                     )
                     points.append(
                         Point("disk").tag("host", "lp-a").field("used_percent", 1.0).time(t * 10**9)
@@ -291,7 +295,8 @@ async def test_line_protocol_from_the_influxdb_client_and_v1_gzip(aiohttp_server
         await asyncio.to_thread(write_v2)
         lines = "".join(
             f"cpu,host=lp-b,cpu=cpu-total usage_idle={90 - k}\n"
-            f"mem,host=lp-b used_percent={50 + k}i {now + k}\n"
+            f"mem,host=lp-b used_percent={50 + k}i,total=8589934592i {now + k}\n"
+            f"system,host=lp-b n_cpus=4i,load1=0.5 {now + k}\n"
             for k in range(10)
         )
         async with (
@@ -312,6 +317,18 @@ async def test_line_protocol_from_the_influxdb_client_and_v1_gzip(aiohttp_server
         assert value(doc, "lp-b", "Memory", "MAX") == 59.0
         keys = set(service.engine.store.keys)
         assert ("lp-a", Resource.CPU) in keys and ("lp-b", Resource.MEMORY) in keys
+        # Telegraf's mem.total and system.n_cpus size the nodes.
+        meta = {n: m["metadata"] for n, m in doc["data"]["NodeMetricsMap"].items()}
+        assert meta["lp-a"] == {
+            "dataCenter": "",
+            "capacity.cpu": "8",
+            "capacity.memory": str(16 * 2**30),
+        }
+        assert meta["lp-b"] == {
+            "dataCenter": "",
+            "capacity.cpu": "4",
+            "capacity.memory": "8589934592",
+        }
     finally:
         await service.engine.close()
 
