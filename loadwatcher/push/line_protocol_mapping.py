@@ -86,7 +86,7 @@ def _sizes(memory: lp.Points, cpus: lp.Points) -> dict[str, dict[str, str]]:
                 slot[k] = (ts, value)
     info = {}
     for host, (cpu, mem) in newest.items():
-        facts = size_facts(cpu and cpu[1], mem and mem[1])
+        facts = size_facts(cpu[1] if cpu else None, mem[1] if mem else None)
         if facts:
             info[host] = facts
     return info
