@@ -302,6 +302,7 @@ class Receiver:
         # is skipped unread (its samples uncounted) and costs one.
         self.rate.pay(received + counts.get("unmatched_series", 0))
         self.buffer.put(decoded.batch)
+        self.buffer.put_sizes(decoded.node_info)
         self.metrics.push_samples.labels("received").inc(received)
         self.metrics.push_samples.labels("accepted").inc(counts.get("accepted", 0))
         for reason, n in counts.items():

@@ -16,7 +16,7 @@ import numpy as np
 from loadwatcher.push import line_protocol as lp
 from loadwatcher.push.protocol import Pending, PushRequest
 from loadwatcher.push.protocols.line_protocol import INFLUX_V1
-from loadwatcher.push.samples import Decoded, Part, ns_to_seconds, to_batch
+from loadwatcher.push.samples import Decoded, Part, ns_to_seconds, size_facts, to_batch
 
 
 @dataclass(frozen=True)
@@ -36,9 +36,13 @@ class LineProtocolMapping:
     scale: float = 1.0
 
     def wanted(self) -> list[lp.FieldWanted]:
+        """Utilisation (CPU, memory), then the sizes Telegraf sends: ``mem.total`` (bytes)
+        and ``system.n_cpus``."""
         return [
             lp.FieldWanted(self.cpu_measurement, self.cpu_field, self.cpu_tags),
             lp.FieldWanted(self.memory_measurement, self.memory_field, self.memory_tags),
+            lp.FieldWanted("mem", "total"),
+            lp.FieldWanted("system", "n_cpus"),
         ]
 
 
@@ -52,7 +56,7 @@ def map_line_protocol(
         body, mapping.wanted(), mapping.host_tag, unit_ns=unit_ns, now_ns=now_ns
     )
     parts = []
-    for resource, points in enumerate(found):
+    for resource, points in enumerate(found[:2]):
         n = len(points.keys)
         percent = np.asarray(points.values, np.float64) * mapping.scale
         if resource == 0 and mapping.cpu_field_is_idle:
@@ -68,7 +72,24 @@ def map_line_protocol(
         )
     merged = to_batch(parts)
     counts["accepted"] = int(merged.values.shape[0])
-    return Decoded(merged, counts, merged.nodes)
+    return Decoded(merged, counts, merged.nodes, _sizes(found[2], found[3]))
+
+
+def _sizes(memory: lp.Points, cpus: lp.Points) -> dict[str, dict[str, str]]:
+    """Per host, the newest ``mem.total`` and ``system.n_cpus`` of the body."""
+    newest: dict[str, list[tuple[int, float] | None]] = {}
+    for k, points in enumerate((cpus, memory)):
+        for host, ts, value in zip(points.keys, points.ts_ns, points.values, strict=True):
+            slot = newest.setdefault(host, [None, None])
+            last = slot[k]
+            if last is None or ts >= last[0]:
+                slot[k] = (ts, value)
+    info = {}
+    for host, (cpu, mem) in newest.items():
+        facts = size_facts(cpu[1] if cpu else None, mem[1] if mem else None)
+        if facts:
+            info[host] = facts
+    return info
 
 
 class LineProtocolMapper:

@@ -30,6 +30,7 @@ from loadwatcher.push.ha import DEFAULT_FAILOVER_TIMEOUT_S, HATracker
 from loadwatcher.push.protocol import Pending, PushRequest
 from loadwatcher.push.remote_write import Selection, SeriesIndex, WriteRequestBytes, select
 from loadwatcher.push.samples import RESOURCES, Decoded, Part, count, ms_to_seconds, to_batch
+from loadwatcher.push.sizes import PushedSizes
 from loadwatcher.push.state import CounterState, GaugePairs, Point
 
 # The Prometheus staleness marker: a NaN with this payload, written when a series ends.
@@ -65,10 +66,9 @@ class RemoteWriteMapping:
     require_replica: bool = False
 
     def metrics(self) -> list[str]:
-        names = [self.cpu_metric, self.memory_metric]
-        if self.raw_node_exporter:
-            names += [NODE_CPU_SECONDS, MEM_AVAILABLE, MEM_TOTAL]
-        return names
+        """The series read. The raw ones are read for the nodes' sizes even when
+        ``raw_node_exporter`` is off (they then give no utilisation)."""
+        return [self.cpu_metric, self.memory_metric, NODE_CPU_SECONDS, MEM_AVAILABLE, MEM_TOTAL]
 
     def labels(self) -> list[str]:
         """The labels read: node, replica, cluster (when named), then cpu and mode."""
@@ -91,6 +91,7 @@ class RemoteWriteReceiver:
         self.ha = HATracker(failover_timeout_s)
         self.cpu = CounterState()
         self.memory = GaugePairs()
+        self.sizes = PushedSizes()
         self._named: list[str] = []  # the index's node label values that were named
         self._node_names: list[str] = []
         self._keys: list[tuple[str, Resource]] = []  # per name: its CPU key, its memory key
@@ -106,7 +107,11 @@ class RemoteWriteReceiver:
                 f"a series lacks the replica label {m.replica_label} (push.require_replica is on)",
             )
         counts = {"series": sel.series, "unmatched": sel.series - len(sel)}
-        lengths = sel.lengths
+        raw_series = sel.metric > _MEMORY
+        lengths = sel.lengths  # the samples counted
+        if not m.raw_node_exporter:  # read for sizes only: counted as before, unmatched
+            count(counts, "unmatched", int(raw_series.sum()))
+            lengths = np.where(raw_series, 0, lengths)
         counts["samples"] = int(lengths.sum())
         accepted = self._elected(sel, now)
         count(counts, "ha_non_elected", int(lengths[~accepted].sum()))
@@ -115,11 +120,12 @@ class RemoteWriteReceiver:
         count(counts, "no_node", int(lengths[no_node].sum()))
         accepted &= ~no_node
         names = self._names(sel.label_values[0])
-        series_of = np.repeat(np.arange(len(sel)), lengths)
+        series_of = np.repeat(np.arange(len(sel)), sel.lengths)
         keep = accepted.take(series_of)
         stale = sel.values.view(np.uint64) == np.uint64(STALE_NAN_BITS)
-        count(counts, "stale_marker", int((stale & keep).sum()))
         metric = sel.metric.take(series_of)
+        counted = keep if m.raw_node_exporter else keep & (metric <= _MEMORY)
+        count(counts, "stale_marker", int((stale & counted).sum()))
         parts: list[Part] = []
         rule = np.flatnonzero(keep & ~stale & (metric <= _MEMORY))
         if rule.size:
@@ -132,13 +138,43 @@ class RemoteWriteReceiver:
                     sel.values.take(rule) * m.scale,
                 )
             )
+        raw = np.flatnonzero(accepted & raw_series)
+        sizes = self._sizes(sel, names, raw, stale, now)
         if m.raw_node_exporter:
-            raw = accepted & (sel.metric > _MEMORY)
-            parts.extend(self._raw(sel, names, np.flatnonzero(raw), stale, now, counts))
+            parts.extend(self._raw(sel, names, raw, stale, now, counts))
+        else:
+            accepted &= ~raw_series
         merged = to_batch(parts, self._keys, self._node_names)
         counts["accepted"] = int(merged.values.shape[0])
         seen = frozenset(map(names.__getitem__, np.unique(node_codes[accepted]).tolist()))
-        return Decoded(merged, counts, seen)
+        return Decoded(merged, counts, seen, sizes)
+
+    def _sizes(
+        self, sel: Selection, names: list[str], rows: IntArray, stale: BoolArray, now: float
+    ) -> dict[str, dict[str, str]]:
+        """The sizes of the nodes whose raw series ``rows`` of ``sel`` are: one CPU per
+        ``cpu`` label of the idle mode's series (a series that ended is no CPU), the newest
+        memory total."""
+        modes, cpus = sel.label_values[4], sel.label_values[3]
+        idle = modes.index("idle") if "idle" in modes else -2
+        metric = sel.metric.take(rows)
+        last = (np.cumsum(sel.lengths) - 1).take(rows)
+        ended = stale.take(last) if stale.size else np.zeros(rows.shape[0], bool)
+        live = (sel.lengths.take(rows) > 0) & ~ended
+        cpu_rows = rows[(metric == _RAW_CPU) & (sel.codes[rows, 4] == idle) & live]
+        cpu_rows = cpu_rows[sel.codes[cpu_rows, 3] >= 0]
+        memory_rows = rows[(metric == _RAW_TOTAL) & live]
+        pairs = zip(sel.codes[cpu_rows, 0].tolist(), sel.codes[cpu_rows, 3].tolist(), strict=True)
+        totals = zip(
+            sel.codes[memory_rows, 0].tolist(),
+            sel.values.take(last[(metric == _RAW_TOTAL) & live]).tolist(),
+            strict=True,
+        )
+        return self.sizes.add(
+            ((names[n], cpus[c]) for n, c in pairs),
+            ((names[n], v) for n, v in totals),
+            now,
+        )
 
     def _elected(self, sel: Selection, now: float) -> BoolArray:
         """Per series, whether its replica is elected: one decision per (cluster, replica)

@@ -8,8 +8,9 @@ last pushed wins).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -21,11 +22,13 @@ RESOURCES = (Resource.CPU, Resource.MEMORY)
 @dataclass(frozen=True)
 class Decoded:
     """One push mapped: samples, counts by reason (series, samples, lines, unmatched_...,
-    stale_marker, ha_non_elected, no_node, malformed_..., accepted) and the nodes seen."""
+    stale_marker, ha_non_elected, no_node, malformed_..., accepted), the nodes seen and the
+    sizes the push told (``{node: {"capacity.cpu": ..., "capacity.memory": ...}}``)."""
 
     batch: SeriesBatch
     counts: dict[str, int]
     nodes: frozenset[str]
+    node_info: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,16 @@ class Part:
     resource: IntArray
     ts: FloatArray
     values: FloatArray
+
+
+def size_facts(cpus: float | None, memory_bytes: float | None) -> dict[str, str]:
+    """``capacity.cpu`` (whole CPUs) and ``capacity.memory`` (bytes) as Kubernetes quantity
+    strings, leaving out a value no node can have."""
+    facts: dict[str, str] = {}
+    for key, value in (("capacity.cpu", cpus), ("capacity.memory", memory_bytes)):
+        if value is not None and math.isfinite(value) and 1 <= value < 2**63:
+            facts[key] = str(round(value))
+    return facts
 
 
 def count(counts: dict[str, int], reason: str, n: int) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import math
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ import aiohttp
 import numpy as np
 import pytest
 from backends import Server, start_prometheus, start_vmagent, stop_all
-from node_exporter import Node, scrape_config
+from node_exporter import CPUS, MEM_TOTAL, Node, scrape_config
 from node_exporter import serve as serve_nodes
 from service import prometheus_engine, settings
 
@@ -280,7 +281,11 @@ async def test_line_protocol_from_the_influxdb_client_and_v1_gzip(aiohttp_server
                         Point("mem")
                         .tag("host", "lp-a")
                         .field("used_percent", 30.0 + k)
+                        .field("total", 16 * 2**30)
                         .time(t * 10**9)
+                    )
+                    points.append(
+                        Point("system").tag("host", "lp-a").field("n_cpus", 8).time(t * 10**9)
                     )
                     points.append(
                         Point("disk").tag("host", "lp-a").field("used_percent", 1.0).time(t * 10**9)
@@ -290,7 +295,8 @@ async def test_line_protocol_from_the_influxdb_client_and_v1_gzip(aiohttp_server
         await asyncio.to_thread(write_v2)
         lines = "".join(
             f"cpu,host=lp-b,cpu=cpu-total usage_idle={90 - k}\n"
-            f"mem,host=lp-b used_percent={50 + k}i {now + k}\n"
+            f"mem,host=lp-b used_percent={50 + k}i,total=8589934592i {now + k}\n"
+            f"system,host=lp-b n_cpus=4i,load1=0.5 {now + k}\n"
             for k in range(10)
         )
         async with (
@@ -311,6 +317,18 @@ async def test_line_protocol_from_the_influxdb_client_and_v1_gzip(aiohttp_server
         assert value(doc, "lp-b", "Memory", "MAX") == 59.0
         keys = set(service.engine.store.keys)
         assert ("lp-a", Resource.CPU) in keys and ("lp-b", Resource.MEMORY) in keys
+        # Telegraf's mem.total and system.n_cpus size the nodes.
+        meta = {n: m["metadata"] for n, m in doc["data"]["NodeMetricsMap"].items()}
+        assert meta["lp-a"] == {
+            "dataCenter": "",
+            "capacity.cpu": "8",
+            "capacity.memory": str(16 * 2**30),
+        }
+        assert meta["lp-b"] == {
+            "dataCenter": "",
+            "capacity.cpu": "4",
+            "capacity.memory": "8589934592",
+        }
     finally:
         await service.engine.close()
 
@@ -361,6 +379,56 @@ async def test_an_ha_pair_counts_once_and_fails_over(
             lambda: held_until(service.engine, "node-a") > before + 2,
             "samples from the new replica",
         )
+    finally:
+        stop_all(servers)
+        await service.engine.close()
+
+
+async def test_pushed_node_exporter_series_size_the_nodes_and_score_reads_them(
+    tmp_path: Path, aiohttp_server: Any, exporter: int
+) -> None:
+    """The CPU count and MemTotal a Prometheus agent pushes reach each node's metadata, and
+    the README's ``score --watcher URL --pod examples/pod.yaml`` ranks the nodes with no
+    --nodes and no --kubeconfig."""
+    service = await start_service(aiohttp_server)
+    config = "global: {scrape_interval: 1s}\n" + scrape_config(exporter, NODES)
+    config += remote_write_yaml(service.url)
+    servers: list[Server] = []
+    try:
+        servers.append(start_prometheus(tmp_path / "agent", config_yaml=config, agent=True))
+        start = time.time()
+        await wait_for(
+            # A new node's CPU waits until its series have settled (15 s): then a few more.
+            lambda: all(held_until(service.engine, n.name) > start + 20 for n in NODES),
+            "20 s of pushed samples of every node",
+        )
+        await service.engine.cycle()
+        doc = service.doc("5m")
+        for node in NODES:
+            assert doc["data"]["NodeMetricsMap"][node.name]["metadata"] == {
+                "dataCenter": "",
+                "capacity.cpu": str(CPUS),
+                "capacity.memory": str(MEM_TOTAL),
+            }
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "loadwatcher.scoring",
+            "score",
+            "--watcher",
+            service.url,
+            "--pod",
+            "examples/pod.yaml",
+            cwd=Path(__file__).resolve().parents[2],
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+        assert proc.returncode == 0, err.decode()
+        lines = out.decode().splitlines()
+        assert lines[0].split()[:2] == ["RANK", "NODE"]
+        assert sorted(line.split()[1] for line in lines[1:]) == sorted(n.name for n in NODES)
+        assert [line.split()[0] for line in lines[1:]] == ["1", "2", "3"]
     finally:
         stop_all(servers)
         await service.engine.close()

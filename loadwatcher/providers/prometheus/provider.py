@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,7 @@ from loadwatcher.providers.base import collect
 from loadwatcher.providers.http import HttpBackend, HttpSettings, RawAnswer
 from loadwatcher.providers.prometheus import rules
 from loadwatcher.providers.prometheus.answer import ParseMemo, Vector, parse_answer, parse_vector
+from loadwatcher.providers.prometheus.capacity import CapacityCache
 
 DEFAULT_QUERIES = {
     Resource.CPU: "instance:node_cpu:ratio",
@@ -121,6 +122,7 @@ class PrometheusProvider:
         self._memo = ParseMemo(options.node_label, options.strip_port)
         self._parsing = asyncio.Lock()
         self._explained: dict[str, tuple[float, rules.Why]] = {}
+        self._capacity = CapacityCache(options.node_label, options.strip_port)
 
     def _seconds(self, now: float, since: float | None) -> int:
         o = self.options
@@ -324,19 +326,41 @@ class PrometheusProvider:
     async def fetch(self, now: float, since: float | None) -> FetchResult:
         seconds = self._seconds(now, since)
         spans = [(seconds, now)] if since is not None else slices(now, seconds)
-        outcomes = await asyncio.gather(
-            *(self._fetch_one(q, spans, now) for q in self.options.queries),
-            return_exceptions=True,
+        sizing = (
+            asyncio.ensure_future(self._capacity.refresh(now, self._ask_at(now)))
+            if self._capacity.due(now)
+            else None
         )
-        result = collect(
-            [o if isinstance(o, BaseException) else (o.batches, o.reason) for o in outcomes]
-        )
+        try:
+            outcomes = await asyncio.gather(
+                *(self._fetch_one(q, spans, now) for q in self.options.queries),
+                return_exceptions=True,
+            )
+            result = collect(
+                [o if isinstance(o, BaseException) else (o.batches, o.reason) for o in outcomes]
+            )
+            if sizing is not None:
+                await sizing
+        finally:
+            if sizing is not None and not sizing.done():
+                sizing.cancel()
+                await asyncio.gather(sizing, return_exceptions=True)
         done = [(q, o) for q, o in zip(self.options.queries, outcomes, strict=True)]
+        notes = [o.note for _, o in done if isinstance(o, _Outcome) and o.note]
+        if self._capacity.note and result.known_nodes:  # no node: no size to miss
+            notes.append(self._capacity.note)
         return dataclasses.replace(
             result,
-            notes=[o.note for _, o in done if isinstance(o, _Outcome) and o.note],
+            notes=notes,
             names={q.resource: o.name for q, o in done if isinstance(o, _Outcome) and o.name},
+            node_info={node: dict(facts) for node, facts in self._capacity.info.items()},
         )
+
+    def _ask_at(self, now: float) -> Callable[[str], Awaitable[bytes]]:
+        async def ask(promql: str) -> bytes:
+            return (await self._ask(promql, f"{now:.3f}")).body
+
+        return ask
 
     async def close(self) -> None:
         await self._http.close()

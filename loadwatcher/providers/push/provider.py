@@ -92,13 +92,20 @@ class PushProvider:
         if polled is None:
             if errors and not taken.batches:
                 raise errors[0]
-            return FetchResult(batches=taken.batches, errors=errors, pushed=len(taken.batches))
-        # Everything else the poll said (notices, notes, the expressions' names) stands.
+            return FetchResult(
+                batches=taken.batches,
+                errors=errors,
+                pushed=len(taken.batches),
+                node_info=taken.node_info,
+            )
+        # Everything else the poll said (notices, notes, the expressions' names) stands; a
+        # size pushed is newer than the poller's.
         return dataclasses.replace(
             polled,
             batches=[*polled.batches, *taken.batches],
             pushed=len(taken.batches),
             errors=[*polled.errors, *errors],
+            node_info={**polled.node_info, **taken.node_info},
         )
 
     def _postpone(self, started: float, errors: list[ProviderError]) -> None:
