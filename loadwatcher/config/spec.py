@@ -273,8 +273,8 @@ ANALYSIS = Section(
             "analysis.gone_visible_s",
             parse.non_negative_seconds,
             3600.0,
-            "a node that left /watcher (no sample for journal.retention_s) stays listed as "
-            "gone in /watcher/health and on the status page this long (0 disables)",
+            "a node that left /watcher (no sample in the 15m window) stays listed as gone in "
+            "/watcher/health and on the status page this long (0 disables)",
         ),
     ),
 )

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loadwatcher import allocator
-from loadwatcher.engine import freshness, published, restore
+from loadwatcher.engine import freshness, gone, published, restore
 from loadwatcher.engine.corroborating import CorroboratingSource
 from loadwatcher.engine.gone import GoneNodes
 from loadwatcher.engine.persistence import Persistence, no_samples
@@ -477,7 +477,7 @@ class Engine:
 
     def _build_snapshot(self, now: float) -> tuple[Snapshot, bytes | None]:
         """The snapshot at ``now``, and its journal form when there is a journal."""
-        before, self.report = self.report.tags, self._analyse(now)
+        before, self.report = self.report.tags, gone.served(self._analyse(now), now)
         self.gone.observe(before, self.report.tags, now, self.options.retention_s)
         snap = snapshot.build(
             self.store.columns,

@@ -1,11 +1,13 @@
 """Gone nodes: those that left ``/watcher`` because they stopped reporting.
 
-A node leaves the served snapshot once the store holds no sample of it (its newest one is
-older than ``journal.retention_s``). Without a trace an operator cannot tell a node that
-died from one that never existed, so each one that leaves is remembered here, with its
-last sample time, for ``analysis.gone_visible_s``: health and the status page list it.
-A gone node is no bad node (it is in no quality state), and an operator can let one go at
-once, before the retention is over, with ``Engine.forget`` (``POST /watcher/{node}/forget``).
+A node leaves /watcher once its newest sample is older than the longest window (the wire
+leaves out a node with no sample in it), and the analyser's report only once the store
+holds none (``journal.retention_s``): ``served`` takes it out of the report from the first.
+Without a trace an operator cannot tell a node that died from one that never existed, so
+each one that leaves is remembered here, with its last sample time, for
+``analysis.gone_visible_s``: health and the status page list it. A gone node is no bad node
+(it is in no quality state), and an operator can let one go at once, before the retention
+is over, with ``Engine.forget`` (``POST /watcher/{node}/forget``).
 """
 
 from __future__ import annotations
@@ -14,11 +16,29 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from loadwatcher.model import WINDOWS
+from loadwatcher.pipeline import ageing, rollups
+from loadwatcher.pipeline.analysis import Quality, Report
+
 # The list is bounded whatever the churn (autoscaled nodes come and go by the thousand):
 # past it, the nodes that left first are dropped from it first.
 MAX_GONE = 10_000
 # Health lists this many of them, the newest first (as its other node lists).
 LISTED = 50
+
+
+_LONGEST = max(WINDOWS, key=lambda w: w.seconds)
+
+
+def served(report: Report, now: float) -> Report:
+    """``report`` without the nodes /watcher leaves out at ``now``: no sample in the longest
+    window. They are gone, not bad: health must not count what the scheduler never sees."""
+    start, _ = rollups.window_bounds(now, _LONGEST)
+    left = {n for n, t in report.tags.items() if t.get("lastSample", start) < start}
+    if not left:
+        return report
+    tags = {n: t for n, t in report.tags.items() if n not in left}
+    return ageing.report_of(tags, report.nodes(Quality.MISSING))
 
 
 @dataclass(frozen=True)
@@ -39,7 +59,7 @@ class GoneNode:
 
 def reason(retention_s: float) -> str:
     return (
-        f"no sample for journal.retention_s ({retention_s:g} s): it left /watcher; "
+        f"no sample for {min(retention_s, _LONGEST.seconds):g} s: it left /watcher; "
         "`loadwatcher forget NODE` lets it go at once"
     )
 

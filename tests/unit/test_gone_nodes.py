@@ -64,10 +64,15 @@ class Clock:
         return self.t
 
 
-def make(nodes: set[str], db: Path | None = None, visible_s: float = VISIBLE_S) -> Engine:
+def make(
+    nodes: set[str],
+    db: Path | None = None,
+    visible_s: float = VISIBLE_S,
+    retention_s: float = RETENTION_S,
+) -> Engine:
     options = EngineOptions(
         poll_interval_s=POLL_S,
-        retention_s=RETENTION_S,
+        retention_s=retention_s,
         thresholds=analysis.Thresholds(STALE_S, 0.0, 0.0),
         gone_visible_s=visible_s,
     )
@@ -124,7 +129,7 @@ async def test_a_node_that_stops_reporting_is_listed_as_gone_once_it_left() -> N
     assert [g["node"] for g in gone] == ["c"]
     assert gone[0]["lastSample"] == T0 + 30
     assert gone[0]["leftAt"] == T0 + 165
-    assert "retention" in gone[0]["reason"]
+    assert gone[0]["reason"].startswith("no sample for 120 s")
     assert verdict.body["snapshot"]["goneNodeCount"] == 1
     assert any("gone" in n and "c" in n for n in verdict.body["notes"])
     # The status page shows it in its header.
@@ -141,6 +146,29 @@ async def test_a_node_that_stops_reporting_is_listed_as_gone_once_it_left() -> N
     assert 'id="gone"' not in statuspage.render(
         e.current.snapshot if e.current else None, body, now=T0 + 180 + VISIBLE_S, refresh_s=15
     )
+
+
+async def test_a_node_is_no_bad_node_from_the_moment_it_leaves_watcher() -> None:
+    """With the default retention (17 min) past the longest window (15 min): between the
+    two the node is not in /watcher, so it is gone, not stale."""
+    e = make({"a", "b", "c"}, retention_s=1020.0)
+    await run_to(e, T0, T0 + 30)
+    provider(e).nodes.discard("c")
+    await run_to(e, T0 + 45, T0 + 930)
+    assert "c" in served(e) and not e.health(T0 + 930).healthy  # sample at T0+30 in window
+    await run_to(e, T0 + 945, T0 + 945)
+    assert any(node == "c" for node, _ in e.store.keys)  # still held: within the retention
+    verdict = e.health(T0 + 945)
+    assert "c" not in served(e)
+    assert verdict.body["status"] == "ok", verdict.body
+    assert gone_names(verdict.body) == ["c"]
+    page = statuspage.render(
+        e.current.snapshot if e.current else None, verdict.body, now=T0 + 945, refresh_s=15
+    )
+    assert 'id="gone"' in page
+    await run_to(e, T0 + 960, T0 + 1200)  # past the retention too: still gone, not back
+    assert gone_names(e.health(T0 + 1200).body) == ["c"]
+    assert e.health(T0 + 1200).body["snapshot"]["goneNodes"][0]["leftAt"] == T0 + 945
 
 
 async def test_a_gone_node_that_reports_again_is_no_longer_gone() -> None:
