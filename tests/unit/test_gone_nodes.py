@@ -9,6 +9,7 @@ exact; the journal is the real SQLite one.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
 from pathlib import Path
@@ -363,3 +364,39 @@ def test_gone_entry_json(last: float | None) -> None:
         "leftAt": T0 + 5,
         "reason": entry.reason,
     }
+
+
+class Gated(Scripted):
+    """A provider whose fetch waits until the test opens the gate."""
+
+    def __init__(self, nodes: set[str]) -> None:
+        super().__init__(nodes)
+        self.gate = asyncio.Event()
+        self.fetching = asyncio.Event()
+
+    async def fetch(self, now: float, since: float | None) -> FetchResult:
+        self.fetching.set()
+        await self.gate.wait()
+        return await super().fetch(now, since)
+
+
+async def test_a_forget_during_a_cycle_waits_for_it_and_wins() -> None:
+    """The cycle in flight still reports the node; the forget, asked meanwhile, runs after
+    it: the node is out of the store and of /watcher when both are done."""
+    e = make({"a", "c"})
+    await run_to(e, T0, T0 + 15)
+    gated = Gated({"a", "c"})
+    e.provider = gated
+    assert isinstance(e.clock, Clock)
+    e.clock.t = T0 + 30
+    cycle = asyncio.create_task(e.cycle(T0 + 30))
+    await gated.fetching.wait()
+    forget = asyncio.create_task(e.forget("c"))
+    await asyncio.sleep(0.05)
+    assert not forget.done()  # held by the cycle's lock
+    gated.gate.set()
+    await cycle
+    assert await forget is True
+    assert "c" not in served(e)
+    assert [n for n, _ in e.store.keys] == ["a", "a"]
+    assert e.health(T0 + 30).body["status"] == "ok"
