@@ -82,6 +82,7 @@ def build_engine(settings: Settings) -> Engine:
         max_new_series=settings.provider.max_new_series,
         cycle_interval_s=push.publish_interval_s if receiving else None,
         one_source_per_node=mixed,
+        gone_visible_s=a.gone_visible_s,
     )
     engine = Engine(
         provider,

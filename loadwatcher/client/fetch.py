@@ -13,7 +13,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import aiohttp
 
@@ -162,6 +162,45 @@ class WatcherClient:
         raise WatcherUnavailableError(
             f"watcher {self.url} failed after {plural(attempts, 'attempt')}: {last}"
         )
+
+    async def forget(self, node: str) -> None:
+        """``POST /watcher/{node}/forget``: the watcher lets ``node`` go. Sent once, never
+        retried (a repeat would only be a 404); NodeNotFoundError when the watcher knows no
+        such node."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        url = f"{self.url}/{quote(node, safe='')}/forget"
+        try:
+            async with self._session.post(
+                url,
+                timeout=self._timeout,
+                headers=self._headers,
+                ssl=self._ssl if self._ssl is not None else True,
+                allow_redirects=False,
+            ) as resp:
+                body = await self._read(resp)
+                if resp.status == 200:
+                    return
+                if resp.status == 404 and answers.own_error(body):
+                    raise NodeNotFoundError(
+                        f"watcher knows no node {node!r} (neither served nor gone)"
+                    )
+                own = answers.own_error(body)
+                if resp.status == 403 and own is not None:  # no auth: loopback only
+                    raise ClientError(f"{url} answered HTTP 403: {own[1]}")
+                raise ClientError(
+                    answers.error_answer(
+                        resp.status,
+                        resp.headers.get("Content-Type", ""),
+                        body,
+                        url,
+                        location=resp.headers.get("Location"),
+                        token=bool(self._headers),
+                    )
+                )
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            reason, _ = answers.connection_failure(exc, url)
+            raise WatcherUnavailableError(f"watcher {url}: {reason}") from None
 
     async def _read(self, resp: aiohttp.ClientResponse) -> bytes:
         """The body, refused beyond ``max_answer_bytes`` (a foreign server may send more)."""

@@ -57,6 +57,7 @@ class AnalysisSettings:
     future_tolerance_s: float
     frozen_after_s: float
     min_coverage: float
+    gone_visible_s: float
 
 
 @dataclass(frozen=True)

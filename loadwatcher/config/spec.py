@@ -269,6 +269,13 @@ ANALYSIS = Section(
             "a series with fewer than this share of its expected samples in the 15m window "
             "has low coverage (0 disables)",
         ),
+        Spec(
+            "analysis.gone_visible_s",
+            parse.non_negative_seconds,
+            3600.0,
+            "a node that left /watcher (no sample in the 15m window) stays listed as gone in "
+            "/watcher/health and on the status page this long (0 disables)",
+        ),
     ),
 )
 

@@ -24,9 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loadwatcher import allocator
-from loadwatcher.engine import clocks, freshness, published, restore
+from loadwatcher.engine import clocks, freshness, gone, published, restore
 from loadwatcher.engine.corroborating import CorroboratingSource
-from loadwatcher.engine.persistence import Persistence
+from loadwatcher.engine.gone import GoneNodes
+from loadwatcher.engine.persistence import Persistence, no_samples
 from loadwatcher.engine.published import Published
 from loadwatcher.engine.pushed import SourceSplit, ahead_notice
 from loadwatcher.engine.selfmetrics import SelfMetrics, State
@@ -90,6 +91,8 @@ class EngineOptions:
     # Cycles run this often when set (push: publish what arrived every few seconds), and a
     # cycle that brought nothing new skips publishing until a poll interval has passed.
     cycle_interval_s: float | None = None
+    # How long a node that left /watcher stays listed as gone (engine.gone).
+    gone_visible_s: float = 3600.0
 
     @property
     def max_snapshot_age_s(self) -> float:
@@ -113,6 +116,7 @@ class Engine:
         self.provider = provider
         self.journal = journal
         self.options = options
+        self.gone = GoneNodes(options.gone_visible_s)
         self.metric_names = metric_names
         self._configured_names = dict(metric_names)
         self.clock = clock
@@ -143,6 +147,8 @@ class Engine:
         self._summary: Summary | None = None
         # Called after each publication (push: the lag from arrival to publication).
         self.on_published: Callable[[], None] | None = None
+        # Held by a cycle and by ``forget``: an operator's forget never interleaves with one.
+        self._busy = asyncio.Lock()
 
     # -- start-up ---------------------------------------------------------------------
 
@@ -180,7 +186,8 @@ class Engine:
         self.provider_status.last_attempt_at = now
         self.provider_status.polling = True
         try:
-            await self._cycle(now)
+            async with self._busy:
+                await self._cycle(now)
         finally:
             self.provider_status.polling = False
 
@@ -490,7 +497,8 @@ class Engine:
 
     def _build_snapshot(self, now: float) -> tuple[Snapshot, bytes | None]:
         """The snapshot at ``now``, and its journal form when there is a journal."""
-        self.report = self._analyse(now)
+        before, self.report = self.report.tags, gone.served(self._analyse(now), now)
+        self.gone.observe(before, self.report.tags, now, self.options.retention_s)
         snap = snapshot.build(
             self.store.columns,
             list(self.store.keys),
@@ -598,7 +606,42 @@ class Engine:
             known_nodes=sum(len(nodes) for nodes in self.report.by_quality.values()),
             max_bad_node_share=self.options.max_bad_node_share,
             service_problems=self._service_problems(),
+            gone_nodes=[g.as_json() for g in self.gone.listed(now)],
         )
+
+    # -- an operator's forget -------------------------------------------------------------
+
+    async def forget(self, node: str) -> bool | None:
+        """``node`` is gone on purpose: its samples leave the store and the journal, it
+        leaves the gone list, and the snapshot is published again without it (a later
+        sample of it starts a new node). False when nothing of it is known; None while the
+        served snapshot is the backend's aggregates (no samples to forget yet)."""
+        async with self._busy:
+            if self._summary is not None:
+                return None
+            await self.wait_idle_work()
+            now = self.clock()
+            served = self.current is not None and node in self.current.snapshot.tags
+            renumber = await asyncio.to_thread(self.store.forget_nodes, {node})
+            listed = self.gone.forget(node)
+            if renumber is None and not served and not listed:
+                return False
+            self.node_info.pop(node, None)
+            if self._sources is not None:
+                self._sources.release([node])
+            if renumber is not None and self._persistence is not None:
+                self._persistence.forget(renumber)
+            if self.current is not None:
+                snap, body = await asyncio.to_thread(self._build_snapshot, now)
+                self.gone.forget(node)  # the rebuilt snapshot saw it leave
+                await self._persist(no_samples(), body, snap.taken_at, now)
+                self.current = await asyncio.to_thread(published.publish, snap)
+                if self.on_published is not None:
+                    self.on_published()
+                self.log_quality()
+                self._log_health(now)
+            log.info("node %s forgotten on an operator's request", node)
+            return True
 
     def _service_problems(self) -> tuple[str, ...]:
         problems: list[str] = []

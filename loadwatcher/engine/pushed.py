@@ -8,7 +8,7 @@ in mixed mode the one source per node (``SourceSplit``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -88,6 +88,12 @@ class SourceSplit:
                 seen[node] = now
         for node in [n for n, at in seen.items() if now - at > self.hold_s]:
             del first[node], seen[node]
+
+    def release(self, nodes: Iterable[str]) -> None:
+        """Forget that pushes took ``nodes`` (an operator let them go)."""
+        for node in nodes:
+            self._first.pop(node, None)
+            self._seen.pop(node, None)
 
     def divert(
         self, series: list[Series], batches: list[SeriesBatch], keep_from: float, latest: float

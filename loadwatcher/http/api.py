@@ -1,15 +1,16 @@
 """The HTTP API (aiohttp): serves the bytes the last cycle rendered.
 
 Routes (docs/architecture.md, Wire formats): ``/watcher`` (``?host=``, ``?window=``, ``?format=``),
-``/watcher/{hostname}``, ``/watcher/health``, ``/healthz``, ``/readyz``, ``/metrics``,
-``/openapi.json`` (and ``/`` from statuspage); while receiving, the push endpoints of
-``push``. Every error is JSON
+``/watcher/{hostname}``, ``/watcher/health``, ``POST /watcher/{hostname}/forget``,
+``/healthz``, ``/readyz``, ``/metrics``, ``/openapi.json`` (and ``/`` from statuspage);
+while receiving, the push endpoints of ``push``. Every error is JSON
 ``{"error": code, "message": text}``, never a traceback.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import re
 import time
@@ -25,7 +26,7 @@ from loadwatcher.engine import Engine
 from loadwatcher.engine.published import Body
 from loadwatcher.engine.selfmetrics import CONTENT_TYPE
 from loadwatcher.http import negotiation, params, prepared, security
-from loadwatcher.http.appkeys import ENCODINGS_KEY, ENGINE_KEY, RECEIVING_KEY
+from loadwatcher.http.appkeys import AUTH_KEY, ENCODINGS_KEY, ENGINE_KEY, RECEIVING_KEY
 from loadwatcher.http.params import NODE_NAME_PATTERN, BadRequest
 from loadwatcher.http.security import TokenFile
 from loadwatcher.model import WINDOWS
@@ -145,6 +146,45 @@ async def watcher_health(request: web.Request) -> web.Response:
     )
 
 
+async def watcher_forget(request: web.Request) -> web.Response:
+    """``POST /watcher/{hostname}/forget``: the node is gone on purpose (``Engine.forget``).
+
+    It changes state, so it is never open to the network: with ``server.auth_token_file``
+    the middleware asks for a reader's token; without, only a client on the loopback
+    interface (``kubectl port-forward``, a shell in the pod) may forget.
+    """
+    params.checked(request.query, ())
+    name = request.match_info["hostname"]
+    _check_node_name(name)
+    if not request.app[AUTH_KEY] and not _loopback(request.remote):
+        return error(
+            403,
+            "forbidden",
+            "forgetting a node needs server.auth_token_file (then a reader's token), or "
+            "a request from the loopback interface (kubectl port-forward)",
+        )
+    outcome = await request.app[ENGINE_KEY].forget(name)
+    if outcome is None:
+        return error(
+            503,
+            "not_ready",
+            "the first poll has not completed (the snapshot is the backend's aggregates): "
+            "try again in a poll interval",
+        )
+    if not outcome:
+        return error(404, "node_not_found", f"no node {name!r}: neither served nor gone")
+    return web.Response(body=orjson.dumps({"forgotten": name}), content_type="application/json")
+
+
+def _loopback(remote: str | None) -> bool:
+    if not remote:
+        return False
+    try:
+        return ipaddress.ip_address(remote.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
 async def healthz(request: web.Request) -> web.Response:
     return web.Response(body=b'{"status":"ok"}', content_type="application/json")
 
@@ -256,11 +296,13 @@ def make_app(
     app = web.Application(middlewares=[middleware], client_max_size=64 * 1024)
     app[ENGINE_KEY] = engine
     app[RECEIVING_KEY] = receiver is not None
+    app[AUTH_KEY] = tokens is not None
     app[ENCODINGS_KEY] = prepared.EncodingsCache()
     prepared.check_aiohttp()  # at start: a warning now, not at the first request
     app.router.add_get("/watcher", watcher)
     app.router.add_get("/watcher/health", watcher_health)
     app.router.add_get("/watcher/{hostname}", watcher_host)
+    app.router.add_post("/watcher/{hostname}/forget", watcher_forget)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/", status_page)

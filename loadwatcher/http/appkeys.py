@@ -11,3 +11,4 @@ from loadwatcher.http.prepared import EncodingsCache
 ENGINE_KEY = web.AppKey("engine", Engine)
 ENCODINGS_KEY = web.AppKey("encodings", EncodingsCache)
 RECEIVING_KEY = web.AppKey("receiving", bool)  # the push endpoints are routed
+AUTH_KEY = web.AppKey("auth", bool)  # server.auth_token_file is set

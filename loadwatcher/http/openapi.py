@@ -166,6 +166,28 @@ def _spec(declared: tuple[PushProtocol, ...]) -> dict[str, Any]:
             "503": _json(_HEALTH, "unhealthy; reasons say why"),
         },
     }
+    forget = {
+        "summary": "the node is gone on purpose: its samples leave the store and the "
+        "journal, it is neither bad nor listed as gone (a later sample starts a new node)",
+        "parameters": [
+            {"name": "hostname", "in": "path", "required": True, "schema": _HOST_SCHEMA}
+        ],
+        "responses": {
+            "200": _json(
+                {
+                    "type": "object",
+                    "required": ["forgotten"],
+                    "properties": {"forgotten": {"type": "string"}},
+                },
+                "forgotten; the snapshot is published again without it",
+            ),
+            "400": _json(_ERR_REF, "bad node name or parameter"),
+            "401": _json(_ERR_REF, "a reader's token (server.auth_token_file) is required"),
+            "403": _json(_ERR_REF, "without server.auth_token_file, only from loopback"),
+            "404": _json(_ERR_REF, "no such node: neither served nor gone"),
+            "503": _json(_ERR_REF, "the first poll has not completed"),
+        },
+    }
     document: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
@@ -177,6 +199,7 @@ def _spec(declared: tuple[PushProtocol, ...]) -> dict[str, Any]:
             "/watcher": {"get": watcher},
             "/watcher/health": {"get": health},
             "/watcher/{hostname}": {"get": one},
+            "/watcher/{hostname}/forget": {"post": forget},
             "/healthz": {
                 "get": {"summary": "liveness", "responses": {"200": _json(_STATUS, "alive")}}
             },

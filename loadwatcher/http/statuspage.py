@@ -10,11 +10,12 @@ Server-rendered HTML with no script at all: one ``<style>`` block, inline SVG ch
 * a node's own view (``?node=NAME``, ``statusnode``): large charts, every figure of every
   window, its quality tags and facts.
 
-The header shows health, the provider, the snapshot's age, nodes by quality and the
-samples dropped since start, by reason (the self-metrics' counters). The charts come from
-the samples the service holds (``SampleStore.held``), cut into a fixed number of buckets
-(``timeline``). Every value from the snapshot or the provider is escaped
-(``html.escape``); the Content-Security-Policy forbids scripts anyway.
+The header shows health, the provider, the snapshot's age, nodes by quality, the nodes
+gone from /watcher (health's ``goneNodes``) and the samples dropped since start, by reason
+(the self-metrics' counters). The charts come from the samples the service holds
+(``SampleStore.held``), cut into a fixed number of buckets (``timeline``). Every value from
+the snapshot or the provider is escaped (``html.escape``); the Content-Security-Policy
+forbids scripts anyway.
 
 Rendering is a pure function of its arguments, run in a worker thread; only a page's rows
 are drawn, so its cost is bounded at any fleet size (benchmarks/RESULTS.md).
@@ -119,8 +120,31 @@ def _dropped_text(drops: Dropped) -> str:
 _STATUS_BADGE = {"ok": ("healthy", "good"), "degraded": ("degraded", "warn")}
 
 
+def _gone(snap_info: Mapping[str, Any], now: float) -> str:
+    """The nodes that left /watcher (health's ``goneNodes``), with their last sample's age."""
+    gone = snap_info.get("goneNodes") or []
+    if not gone:
+        return ""
+    items = []
+    for g in gone:
+        last = g.get("lastSample")
+        when = f"last sample {statuslist.ago(max(0.0, now - last))} ago" if last else "no sample"
+        items.append(f'{escape(str(g.get("node")))} <span class="dim">({when})</span>')
+    count = int(snap_info.get("goneNodeCount", len(gone)))
+    more = f" and {count - len(gone):,} more" if count > len(gone) else ""
+    return (
+        f'<div><dt>gone</dt><dd id="gone">{", ".join(items)}{more}'
+        '<span class="dim"> · not served, not counted; '
+        "<code>loadwatcher forget NODE</code> lets one go</span></dd></div>"
+    )
+
+
 def _summary(
-    health: dict[str, Any], snap: Snapshot | None, f: statusrows.Fleet | None, drops: Dropped
+    health: dict[str, Any],
+    snap: Snapshot | None,
+    f: statusrows.Fleet | None,
+    drops: Dropped,
+    now: float,
 ) -> str:
     prov = health.get("provider", {})
     journal = health.get("journal", {})
@@ -145,6 +169,7 @@ def _summary(
         f'<span class="dim"> · {_utc(snap.taken_at if snap else None)}</span></dd></div>'
         f'<div><dt>nodes</dt><dd id="node-count">{len(f) if f else 0:,} '
         f"{statuslist.quality_counts(f) if f else ''}</dd></div>"
+        f"{_gone(snap_info, now)}"
         f'<div><dt>dropped samples</dt><dd id="dropped">{_dropped_text(drops)}'
         '<span class="dim"> since start</span></dd></div>'
         f'<div><dt>journal</dt><dd>{j_state}<span class="dim"> '
@@ -239,7 +264,7 @@ def rendered(
         refresh_s=refresh_s,
         title=escape(title),
         css=_CSS,
-        summary=_summary(health, snap, f, drops or Dropped()),
+        summary=_summary(health, snap, f, drops or Dropped(), now),
         main=main,
         version=escape(__version__),
         rendered=_utc(now),

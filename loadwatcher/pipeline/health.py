@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -88,12 +89,14 @@ def evaluate(
     known_nodes: int | None = None,
     max_bad_node_share: float = DEFAULT_MAX_BAD_NODE_SHARE,
     service_problems: tuple[str, ...] = (),
+    gone_nodes: Sequence[Mapping[str, Any]] = (),
 ) -> Verdict:
     """Service-level reasons make the service ``unhealthy`` (503); node-level ones only
     ``degraded`` (200) while the bad nodes are at most ``max_bad_node_share`` of
     ``known_nodes`` (the analysed nodes, missing ones included; by default ``nodes`` plus
     the missing). ``service_problems`` are service-level reasons found elsewhere (clock
-    skew, once it is measured)."""
+    skew, once it is measured). ``gone_nodes`` left the snapshot (``engine.gone``): listed,
+    and named in a note, but never bad nodes."""
     service: list[str] = []
     # Until a poll finishes, ``error`` is None and ``ok`` False: that is not an outage.
     first_poll_running = provider.polling and provider.error is None and not provider.ok
@@ -156,7 +159,7 @@ def evaluate(
         "reasons": service + node,
         "serviceReasons": service,
         "nodeReasons": node,
-        "notes": list(provider.notes),
+        "notes": [*provider.notes, *_gone_note(gone_nodes)],
         "badNodes": {
             "count": bad,
             "of": of,
@@ -187,6 +190,19 @@ def evaluate(
             "staleNodes": list(stale_nodes[:50]),
             "frozenNodes": list(frozen_nodes[:50]),
             "missingNodes": list(missing_nodes[:50]),
+            "goneNodes": [dict(g) for g in gone_nodes[:50]],
+            "goneNodeCount": len(gone_nodes),
         },
     }
     return Verdict(status, body)
+
+
+def _gone_note(gone_nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    if not gone_nodes:
+        return []
+    names = ", ".join(str(g["node"]) for g in gone_nodes[:5])
+    more = f" and {len(gone_nodes) - 5} more" if len(gone_nodes) > 5 else ""
+    return [
+        f"{plural(len(gone_nodes), 'node')} gone (no sample for the retention; not counted "
+        f"as bad): {names}{more}; `loadwatcher forget NODE` lets one go"
+    ]

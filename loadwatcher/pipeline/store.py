@@ -16,7 +16,7 @@ the retention, not every node ever seen.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from itertools import compress
 from typing import Any, Final
@@ -318,6 +318,28 @@ class SampleStore:
             cols = Columns(renumber[cols.sid].astype(SID), cols.ts, cols.val)
         index = {key: i for i, key in enumerate(keys)}
         # Computed first, swapped in together: the odd epoch spans only the assignments.
+        self._epoch += 1
+        self._keys, self._index, self._cols, self._newest = keys, index, cols, newest
+        self._epoch += 1
+        return renumber
+
+    def forget_nodes(self, nodes: Collection[str]) -> IntArray | None:
+        """Forget every series of ``nodes`` (an operator said they are gone) and number the
+        others afresh, as ``forget_idle`` does; None when the store held none of them."""
+        n = len(self._keys)
+        alive = np.fromiter((node not in nodes for node, _ in self._keys), bool, n)
+        if bool(alive.all()):
+            return None
+        cols = self._cols
+        renumber = np.where(alive, np.cumsum(alive) - 1, -1).astype(np.int64)
+        if len(cols):
+            sid = renumber[cols.sid]
+            keep = sid >= 0
+            cols = Columns(sid[keep].astype(SID), cols.ts[keep], cols.val[keep])
+        keys = list(compress(self._keys, alive.tolist()))
+        newest = np.full(max(16, len(keys)), -np.inf)
+        newest[: len(keys)] = self._newest[:n][alive]
+        index = {key: i for i, key in enumerate(keys)}
         self._epoch += 1
         self._keys, self._index, self._cols, self._newest = keys, index, cols, newest
         self._epoch += 1

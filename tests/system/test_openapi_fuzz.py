@@ -57,6 +57,7 @@ def test_openapi_describes_every_route(service_url) -> None:
         "/watcher",
         "/watcher/health",
         "/watcher/{hostname}",
+        "/watcher/{hostname}/forget",
         "/healthz",
         "/readyz",
         "/metrics",

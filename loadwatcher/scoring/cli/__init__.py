@@ -1,4 +1,4 @@
-"""``loadwatcher score`` and ``loadwatcher predict``.
+"""``loadwatcher score``, ``loadwatcher predict`` and ``loadwatcher forget``.
 
 The main command line calls :func:`register` with its subparsers and then
 ``sys.exit(args.func(args))``. Exit codes: 0 success, 1 the watcher or the Kubernetes API
@@ -12,15 +12,16 @@ import argparse
 import sys
 
 from loadwatcher.commandline import parse_args
-from loadwatcher.scoring.cli import predict, score
+from loadwatcher.scoring.cli import forget, predict, score
 
 __all__ = ["main", "register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``score`` and ``predict`` subcommands."""
+    """Add the ``score``, ``predict`` and ``forget`` subcommands."""
     score.add_parser(subparsers)
     predict.add_parser(subparsers)
+    forget.add_parser(subparsers)
 
 
 def main(argv: list[str] | None = None) -> int:
