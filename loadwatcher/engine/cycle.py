@@ -239,6 +239,11 @@ class Engine:
         if ingested.renumber is not None and self._persistence is not None:
             self._persistence.forget(ingested.renumber)
         self.node_info.update(result.node_info)
+        if ingested.renumber is not None:
+            # The facts of nodes forgotten with their series go too: under node churn they
+            # would otherwise grow without bound.
+            held = {node for node, _ in self.store.keys}
+            self.node_info = {n: info for n, info in self.node_info.items() if n in held}
         if result.known_nodes:
             self.known_nodes = result.known_nodes
         snap, body = await asyncio.to_thread(self._build_snapshot, now)

@@ -147,7 +147,8 @@ class Hostile:
             t = now + self.lead + (TEN_YEARS if node in self.far else 0.0)
             for r in NAMES:
                 series.append(Series(node, r, np.array([t]), np.array([20.0 + self.polls % 7])))
-        return FetchResult(series=series, known_nodes=frozenset(self.nodes))
+        info = {node: {"capacity.cpu": "4"} for node in names}  # facts of every node, too
+        return FetchResult(series=series, known_nodes=frozenset(self.nodes), node_info=info)
 
     async def close(self) -> None:
         pass
@@ -261,6 +262,7 @@ async def test_node_churn_leaves_memory_and_the_journal_flat(tmp_path: Path) -> 
     live = 2 * (1 + 1000 * 11)  # the retention's polls, both resources
     assert max(sizes) <= live * 17 / 16 + 2
     assert max(sizes[30:]) <= max(sizes[10:30])  # flat, not growing
+    assert len(e.node_info) <= max(sizes) // 2 + 1  # the nodes' facts leave with them
     series_rows = _rows(db, "SELECT count(*) FROM series")[0][0]
     assert isinstance(series_rows, int) and series_rows <= max(sizes)
     assert ("stay", Resource.CPU) in e.store.keys
