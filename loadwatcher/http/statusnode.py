@@ -19,21 +19,11 @@ from loadwatcher.http import charts
 from loadwatcher.http.statuslist import LABELS, ListOptions, ago, badge
 from loadwatcher.http.statusrows import Row
 from loadwatcher.http.timeline import Trace
-from loadwatcher.model import WINDOWS, Operator, Resource
+from loadwatcher.model import WINDOWS, WIRE_OPERATORS, Operator, Resource
 from loadwatcher.pipeline.snapshot import Snapshot
 from loadwatcher.words import plural
 
-_OPERATORS = (
-    Operator.LATEST,
-    Operator.AVG,
-    Operator.STD,
-    Operator.P50,
-    Operator.P90,
-    Operator.P95,
-    Operator.P99,
-    Operator.MAX,
-    Operator.MIN,
-)
+_OPERATORS = WIRE_OPERATORS  # every operator, in wire order
 
 
 def _stats(snap: Snapshot, node: str, resource: Resource) -> dict[str, dict[str, float]]:
