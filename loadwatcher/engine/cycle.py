@@ -143,6 +143,9 @@ class Engine:
         )
         self._transitions = TransitionLog()
         self._idle_work: asyncio.Future[None] | None = None
+        # The first poll after a restore asks for the whole retention: the journal covers
+        # only the series it held (a node that joined while the service was down has none).
+        self._backfill = False
         # What the served snapshot was built from while it is the backend's aggregates.
         self._summary: Summary | None = None
         # Called after each publication (push: the lag from arrival to publication).
@@ -170,6 +173,7 @@ class Engine:
             # Serve from memory; each cycle's write tries to open the journal again.
             self._persistence.failed(exc)
             await self._persistence.journal.close()
+        self._backfill = bool(self.store.keys)
 
     async def _serve_restored(self, snap: Snapshot) -> None:
         # Its tags were true when it was taken; served now, they must be true now.
@@ -199,8 +203,9 @@ class Engine:
         await self.wait_idle_work()
         if self.current is None and not self.store.keys:
             await self._first_look(now)
+        backfill = self._backfill
         outcome, _ = await asyncio.gather(
-            self.provider.fetch(now, self.store.newest()),
+            self.provider.fetch(now, None if backfill else self.store.newest()),
             self._fetch_corroborating(now),
             return_exceptions=True,
         )
@@ -216,6 +221,7 @@ class Engine:
             self._log_health(now)
             return
         result = outcome
+        self._backfill = False
         self._back_off(result.errors, now)
         if self._nothing_new(result, now):
             return
@@ -229,7 +235,7 @@ class Engine:
         for err in result.errors:
             self.metrics.provider_errors.labels(str(err.kind)).inc()
         # A worker thread: a cold start merges every sample of the retention.
-        ingested = await asyncio.to_thread(self._ingest, result, now)
+        ingested = await asyncio.to_thread(self._ingest, result, now, backfill)
         added = ingested.result
         self._count_samples(added, ingested.withdrawn, ingested.pushed)
         if ingested.other_source:
@@ -402,7 +408,7 @@ class Engine:
         pushed = result.batches[len(result.batches) - result.pushed :]
         return FetchResult(batches=pushed, errors=[*result.errors, error], pushed=len(pushed))
 
-    def _ingest(self, result: FetchResult, now: float) -> Ingested:
+    def _ingest(self, result: FetchResult, now: float, backfill: bool = False) -> Ingested:
         """Merge a poll in: samples ahead of the clock refused (and those held that the
         clock stepping back put ahead of it), series idle for the whole retention forgotten
         once there are enough of them."""
@@ -420,8 +426,9 @@ class Engine:
             self._sources.trim(keep_from)
             series, polled, diverted = self._sources.divert(series, polled, keep_from, latest)
         parts: list[AddResult] = []
-        if len(polled) > 1 and not series and not self.store.keys:
-            # A cold start's slices: each goes (out of the result too) once merged.
+        if len(polled) > 1 and not series and (backfill or not self.store.keys):
+            # A whole retention's slices (a cold start, or the backfill after a restore):
+            # each goes (out of the result too) once merged.
             if pushed:
                 del result.batches[:split]
             parts.append(

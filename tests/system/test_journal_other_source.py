@@ -130,6 +130,8 @@ def test_host_then_prometheus_serves_only_prometheus_nodes_then_restores_them(
         again.start().wait_status("/readyz", 200)
         assert _nodes(again) == expected
         assert not _other_source_lines(again), again.log_tail()
+        # The snapshot is served before the samples load: wait for the load's line.
+        again.wait_until("the samples loaded", lambda: "recovered" in again.log_text())
         text = again.log_text()
         assert "recovered" in text and "recovered 0 samples" not in text, again.log_tail()
     finally:

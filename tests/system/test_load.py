@@ -200,8 +200,10 @@ def test_500_clients_while_polling_1000_nodes(prometheus_factory, tmp_path: Path
     assert code == 0, service.log_tail()
     assert result.requests > 0
     assert result.errors == 0, result.text
-    # Polls kept their pace under load (the first poll after the warm-up may be cut).
-    assert polls >= 0.3 * LOAD_S / POLL_INTERVAL_S, polls
+    # Polls go on under load, never starved. 500 clients on a 2-core machine that also runs
+    # wrk slow each 1,000-node poll to 3-4 s: 14-17 polls a minute were measured here, with
+    # this code and the code before it alike, so a fifth of the nominal pace is the bound.
+    assert polls >= 0.2 * LOAD_S / POLL_INTERVAL_S, polls
     # The service saw only successes too.
     answered = {k: v - answered_before.get(k, 0) for k, v in by_status(text).items()}
     assert not any(n for k, n in answered.items() if k not in ("200", "304")), answered

@@ -183,3 +183,44 @@ async def test_an_ageing_that_races_a_cycle_never_overwrites_the_newer_snapshot(
     await ageing
     assert len(calls) == 2 and engine.current is after is not before
     await engine.close()
+
+
+class Recording(Backend):
+    """Every node's samples every 15 s from ``since`` (the whole retention when None)."""
+
+    def __init__(self, nodes: list[str]) -> None:
+        super().__init__()
+        self.nodes = nodes
+        self.asked: list[float | None] = []
+
+    async def fetch(self, now: float, since: float | None) -> FetchResult:
+        self.asked.append(since)
+        start = now - 1020.0 if since is None else since
+        ts = np.arange(np.ceil(start / 15) * 15, now + 1e-9, 15.0)
+        return FetchResult(
+            series=[Series(n, r, ts, np.full(ts.shape[0], 10.0)) for n in self.nodes for r in NAMES]
+        )
+
+
+async def test_the_first_poll_after_a_restore_backfills_series_the_journal_lacks(
+    tmp_path: Path,
+) -> None:
+    """A node that joined while the service was down gets the whole window at once, not
+    only the time since the journal's newest sample; later polls ask only what is new."""
+    last = 1_700_000_000.0
+    db = tmp_path / "lw.db"
+    await _journal_of(db, last)  # nodes a, b, c
+    now = last + 120
+    backend = Recording([*NODES, "joined"])
+    options = EngineOptions(poll_interval_s=15.0, retention_s=1020.0)
+    second = Engine(backend, Journal(str(db)), options, NAMES, clock=lambda: now)
+    await second.recover()
+    await second.cycle(now)
+    await second.cycle(now + 15)
+    assert backend.asked[0] is None
+    assert backend.asked[1] is not None and backend.asked[1] >= now - 15
+    cols, keys = second.store.columns, second.store.keys
+    joined = {i for i, key in enumerate(keys) if key[0] == "joined"}
+    times = cols.ts[np.isin(cols.sid, list(joined))]
+    assert times.min() <= now - 900  # the whole 15-minute window, not the last two minutes
+    await second.close()
