@@ -7,6 +7,7 @@ beside it: ``restore`` (at start), ``persistence`` (journal writes, catch-up, th
 Prometheus metrics.
 """
 
-from loadwatcher.engine.cycle import Engine, EngineOptions
+from loadwatcher.engine.cycle import Engine
+from loadwatcher.engine.options import EngineOptions
 
 __all__ = ["Engine", "EngineOptions"]

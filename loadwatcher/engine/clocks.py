@@ -19,7 +19,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from loadwatcher.pipeline.store import AddResult
+from loadwatcher.words import plural
+
 log = logging.getLogger("loadwatcher.engine")
+
+# A step of the wall clock is understood when a poll brings samples at most this old by it.
+_STEP_AGREES_S = 60.0
 
 # Beyond this the wall clock moved otherwise than time passed: a step, not a slew (NTP
 # slews at most 0.5 ms a second).
@@ -74,3 +80,47 @@ class ClockWatch:
 def words(step_s: float) -> str:
     """``clock stepped forward by 3600 s``."""
     return f"clock stepped {'forward' if step_s > 0 else 'back'} by {abs(step_s):.0f} s"
+
+
+def agrees(added: AddResult, now: float) -> bool:
+    """Whether a poll's samples, from a backend with a clock of its own, are fresh by the
+    clock as it is now: then a step of it is the right time (``ClockWatch.agreed``)."""
+    return len(added.added) > 0 and float(added.added.ts.max()) >= now - _STEP_AGREES_S
+
+
+Skew = tuple[float, frozenset[str]]  # how far ahead the samples were (median), and whose
+
+
+def skew(added: AddResult, was: Skew | None) -> Skew | None:
+    """The clock skew a poll shows (most of its samples ahead of the clock: the backend's
+    clock is ahead of ours, or ours stepped back; either way its times cannot be trusted),
+    logged when it starts and when it ends."""
+    future = added.dropped.get("future", 0)
+    skewed = added.offered > 0 and 2 * future > added.offered
+    if skewed and was is None:
+        log.error(
+            "clock skew: %s of %s ahead of this service's clock by %.0f s (median); "
+            "they are dropped and their nodes are not ok until the clocks agree",
+            plural(future, "sample"),
+            plural(added.offered, "sample"),
+            added.ahead_s,
+        )
+    elif was is not None and not skewed:
+        log.info("clock skew over: the poll's samples are no longer ahead of the clock")
+    return (added.ahead_s, added.future_nodes) if skewed else None
+
+
+def problems(step_s: float | None, skewed: Skew | None, tolerance_s: float) -> tuple[str, ...]:
+    """Health's service-level reasons for a step in force and a clock skew."""
+    found: list[str] = []
+    if step_s is not None:
+        found.append(
+            f"{words(step_s)} (against the monotonic clock): nothing is trimmed by retention "
+            "until the clocks agree"
+        )
+    if skewed is not None:
+        found.append(
+            f"clock skew: backend is {skewed[0]:.0f} s ahead (samples more than "
+            f"{tolerance_s:g} s ahead of this service's clock are dropped)"
+        )
+    return tuple(found)

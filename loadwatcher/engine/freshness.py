@@ -14,7 +14,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
-from loadwatcher.engine import published
+from loadwatcher.engine import firstlook, published
 from loadwatcher.pipeline import ageing
 from loadwatcher.pipeline.analysis import Quality
 from loadwatcher.pipeline.snapshot import Snapshot
@@ -52,6 +52,29 @@ async def age_current(engine: Engine) -> None:
         return
     engine.current = pub
     engine.report = ageing.report_of(tags, engine.report.nodes(Quality.MISSING))
+    engine.log_quality()
+
+
+async def retag(engine: Engine, now: float) -> None:
+    """Provider outage: keep the last rollups and their time, refresh the quality tags
+    (of the first look when nothing else was loaded since)."""
+    current = engine.current
+    if current is None:
+        return
+    if engine.first_look is not None:
+        taken_at = current.snapshot.taken_at
+        snap, engine.report = firstlook.rebuilt(engine, engine.first_look, taken_at, now)
+        engine.current = await asyncio.to_thread(published.publish, snap)
+        engine.log_quality()
+        return
+    report = engine.analyse(now)
+    last = current.snapshot
+    # Nodes the store no longer holds samples of (a journal older than the retention) keep
+    # their last tags, aged: never served without a quality.
+    kept = {n: last.tags[n] for n in last.nodes if n in last.tags and n not in report.tags}
+    snap = aged(engine, dataclasses.replace(last, tags={**kept, **report.tags}), now)
+    engine.report = ageing.report_of(snap.tags, report.nodes(Quality.MISSING))
+    engine.current = await asyncio.to_thread(published.publish, snap)
     engine.log_quality()
 
 

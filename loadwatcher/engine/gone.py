@@ -12,13 +12,21 @@ is over, with ``Engine.forget`` (``POST /watcher/{node}/forget``).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from loadwatcher.engine.persistence import no_samples
 from loadwatcher.model import WINDOWS
 from loadwatcher.pipeline import ageing, rollups
 from loadwatcher.pipeline.analysis import Quality, Report
+
+if TYPE_CHECKING:
+    from loadwatcher.engine.cycle import Engine
+
+log = logging.getLogger("loadwatcher.engine")
 
 # The list is bounded whatever the churn (autoscaled nodes come and go by the thousand):
 # past it, the nodes that left first are dropped from it first.
@@ -117,3 +125,29 @@ class GoneNodes:
         """The nodes still visible at ``now``, the last to leave first."""
         shown = [g for g in self._gone.values() if now - g.left_at <= self.visible_s]
         return sorted(shown, key=lambda g: (-g.left_at, g.node))
+
+
+async def forget_node(engine: Engine, node: str) -> bool | None:
+    """``node`` is gone on purpose: its samples leave the store and the journal, it leaves
+    the gone list, and the snapshot is published again without it (a later sample of it
+    starts a new node). False when nothing of it is known; None while the served snapshot
+    is the first look (no samples to forget yet)."""
+    async with engine.busy:
+        if engine.first_look is not None:
+            return None
+        await engine.wait_idle_work()
+        now = engine.clock()
+        served = engine.current is not None and node in engine.current.snapshot.tags
+        renumber = await asyncio.to_thread(engine.store.forget_nodes, {node})
+        listed = engine.gone.forget(node)
+        if renumber is None and not served and not listed:
+            return False
+        engine.node_info.pop(node, None)
+        if engine.sources is not None:
+            engine.sources.release([node])
+        if renumber is not None and engine.persistence is not None:
+            engine.persistence.forget(renumber)
+        if engine.current is not None:
+            await engine.publish(no_samples(), now, forgotten=(node,))
+        log.info("node %s forgotten on an operator's request", node)
+        return True

@@ -22,7 +22,7 @@ from loadwatcher.journal.codec import Refused
 from loadwatcher.journal.lock import JournalLocked
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import Columns, Resource
-from loadwatcher.pipeline import health, snapshot
+from loadwatcher.pipeline import health, merge, snapshot
 from loadwatcher.pipeline.snapshot import Snapshot
 from loadwatcher.providers import source
 from loadwatcher.words import plural
@@ -96,10 +96,7 @@ class Persistence:
     def forget(self, renumber: np.ndarray) -> None:
         """The store forgot idle series and renumbered the rest (``SampleStore.forget_idle``):
         follow it in the samples waiting to be written and in the journal's series."""
-        if len(self.unwritten):
-            sid = renumber[self.unwritten.sid]
-            keep = sid >= 0
-            self.unwritten = Columns(sid[keep], self.unwritten.ts[keep], self.unwritten.val[keep])
+        self.unwritten = merge.renumbered(self.unwritten, renumber)
         self.journal.forget(renumber)
 
     async def fold_wal(self) -> None:

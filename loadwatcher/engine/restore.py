@@ -11,12 +11,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
+from loadwatcher.engine import freshness, published
+from loadwatcher.errors import JournalError
 from loadwatcher.journal.sqlite import Journal
-from loadwatcher.pipeline import snapshot
+from loadwatcher.pipeline import ageing, snapshot
 from loadwatcher.pipeline.snapshot import Snapshot, SnapshotWithoutWindows
 from loadwatcher.pipeline.store import SampleStore
 from loadwatcher.words import plural
+
+if TYPE_CHECKING:
+    from loadwatcher.engine.cycle import Engine
 
 log = logging.getLogger("loadwatcher.engine")
 
@@ -85,3 +91,34 @@ def load_from(saved: Saved, keep_from: float, retention_s: float) -> float:
     if isinstance(saved, SnapshotWithoutWindows):
         return min(keep_from, saved.taken_at - retention_s)
     return keep_from
+
+
+async def recover(engine: Engine) -> None:
+    """Open the engine's journal, serve its snapshot aged to now, and hold its samples; a
+    journal that fails leaves the engine serving from memory (each write retries it). The
+    first poll after a restore asks for the whole retention (``engine.backfill_due``)."""
+    persistence = engine.persistence
+    if persistence is None:
+        return
+
+    async def serve_aged(snap: Snapshot) -> None:
+        # Its tags were true when it was taken; served now, they must be true now.
+        snap = freshness.aged(engine, snap, engine.clock())
+        engine.report = ageing.report_of(snap.tags)
+        engine.current = await asyncio.to_thread(published.publish, snap)
+        engine.node_info = dict(snap.node_info)
+
+    try:
+        await persistence.open()
+        await restore(
+            persistence.journal,
+            engine.store,
+            engine.clock,
+            engine.options.retention_s,
+            serve_aged,
+            engine.options.future_tolerance_s,
+        )
+    except JournalError as exc:
+        persistence.failed(exc)
+        await persistence.journal.close()
+    engine.backfill_due = bool(engine.store.keys)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from loadwatcher.model import Columns
-from loadwatcher.pipeline.store import OVER_100_TOLERANCE
+from loadwatcher.pipeline.plausible import OVER_100_TOLERANCE
 
 _SID = np.dtype("<i8")
 _F64 = np.dtype("<f8")

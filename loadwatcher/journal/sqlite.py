@@ -9,11 +9,7 @@ connection (one writer), one transaction per cycle. ``synchronous=NORMAL``
 is enough: in WAL mode a killed process never loses a committed transaction (only a power
 loss can lose the last ones), and the file is never corrupted.
 
-Series ids in the file are normally the store's (both are assigned in first-seen order and
-the store is loaded from the file at start). The journal still keeps the store-id ->
-file-id map explicitly, so that a journal opened late -- the disk was read-only or full at
-start and came back -- can write into a file that already holds series of an earlier run
-without mixing them up.
+The store-id -> file-id map is ``fileids.FileIds``.
 
 Each sample chunk carries a checksum. A read leaves out chunks whose checksum or shape is
 wrong and samples no fresh fetch would keep (``codec.plausible``), and tells ``on_refused``
@@ -23,8 +19,7 @@ that a sample written ahead of the clock does not come back as a real one once t
 has caught up with it.
 
 Series the store forgets (no sample in the retention: node churn) leave the file with the
-next write (``forget``). File ids are never reused, even across restarts (``meta``
-remembers the next one): an old chunk may still hold a forgotten id.
+next write (``forget``).
 
 A failed write (disk full, read-only, I/O error) leaves the connection usable: the next
 write simply tries again, and the engine hands it the samples of the failed ones.
@@ -51,7 +46,7 @@ import aiosqlite
 import numpy as np
 
 from loadwatcher.errors import JournalError
-from loadwatcher.journal import codec, identity, lock, schema
+from loadwatcher.journal import codec, fileids, identity, lock, schema
 from loadwatcher.model import Columns, Resource
 
 _RESOURCES = {str(r): r for r in Resource}
@@ -92,13 +87,7 @@ class Journal:
         self._db: aiosqlite.Connection | None = None
         self._lock: int | None = None  # the lock file's descriptor while open
         self.on_refused: Callable[[codec.Refused], None] | None = None
-        # File series id of each store series id (index = store id), and every series the
-        # file holds, by key (the store's own key tuples where it has them: 10,000 series
-        # are 0.9 MB of tuples and ints held twice otherwise), with the next free id.
-        self._file_ids = np.empty(0, np.int64)
-        self._ids_by_key: dict[tuple[str, Resource], int] = {}
-        self._next_id = 0
-        self._doomed: list[int] = []  # file ids of forgotten series, deleted by the next write
+        self.ids = fileids.FileIds()
 
     @property
     def is_open(self) -> bool:
@@ -180,20 +169,16 @@ class Journal:
     async def _read_series(self) -> None:
         async with self._conn().execute("SELECT id, node, resource FROM series") as cur:
             rows = list(await cur.fetchall())
-        self._ids_by_key = {
-            (str(r[1]), resource): int(r[0])
-            for r in rows
-            # Series of a resource this version does not know are left alone.
-            if (resource := _RESOURCES.get(str(r[2]))) is not None
-        }
-        async with self._conn().execute(
-            "SELECT value FROM meta WHERE key = 'next_series_id'"
-        ) as cur:
-            saved = await cur.fetchone()
-        remembered = int(saved[0]) if saved and str(saved[0]).isdigit() else 0
-        self._next_id = max(max((int(r[0]) for r in rows), default=-1) + 1, remembered)
-        self._doomed = []
-        self._file_ids = np.empty(0, np.int64)
+        saved = await self._meta("next_series_id")
+        self.ids.read(
+            [
+                (int(r[0]), str(r[1]), resource)
+                for r in rows
+                # Series of a resource this version does not know are left alone.
+                if (resource := _RESOURCES.get(str(r[2]))) is not None
+            ],
+            int(saved) if saved is not None and saved.isdigit() else 0,
+        )
 
     async def _connect_and_check(self) -> None:
         self._db = await schema.connect(self.path)
@@ -231,11 +216,7 @@ class Journal:
         known = [(r[0], r[1], resource) for r in rows if (resource := _RESOURCES.get(str(r[2])))]
         keys = [(str(node), resource) for _, node, resource in known]
         ids = np.asarray([int(r[0]) for r in known], np.int64)
-        self._file_ids = ids  # store id i <-> known[i]
-        doomed = set(self._doomed)
-        self._ids_by_key = {
-            key: fid for key, fid in zip(keys, ids.tolist(), strict=True) if fid not in doomed
-        }
+        self.ids.loaded(keys, ids)  # store id i <-> known[i]
         # Off the event loop, which may already be serving the snapshot restored before the
         # samples.
         chunks = [row[1:] for row in rows_c]
@@ -269,18 +250,7 @@ class Journal:
         """The store forgot the series whose ``renumber`` entry is -1 and numbered the
         others afresh (entry = new store id): follow it, and delete the forgotten series
         from the file with the next write."""
-        mapped = len(self._file_ids)
-        kept = renumber[:mapped] >= 0
-        gone: list[int] = self._file_ids[~kept].tolist()
-        if not gone:
-            return
-        by_id = {fid: key for key, fid in self._ids_by_key.items()}
-        for fid in gone:
-            key = by_id.get(fid)
-            if key is not None:
-                del self._ids_by_key[key]
-        self._doomed.extend(gone)
-        self._file_ids = self._file_ids[kept]
+        self.ids.forget(renumber)
 
     async def write_cycle(
         self,
@@ -297,16 +267,16 @@ class Journal:
         Nothing is remembered of a write that fails: the next one retries the new series.
         """
         db = self._conn()
-        file_ids, fresh, next_id = self._map_new(keys)
-        new_series = [(fid, key[0], str(key[1])) for key, fid in fresh]
-        sid = file_ids[added.sid] if len(added) else added.sid
-        doomed = [(fid,) for fid in self._doomed]
+        plan = self.ids.plan(keys)
+        new_series = [(fid, key[0], str(key[1])) for key, fid in plan.fresh]
+        sid = plan.file_ids[added.sid] if len(added) else added.sid
+        doomed = [(fid,) for fid in self.ids.doomed]
         try:
             await db.execute("BEGIN IMMEDIATE")
             try:
                 if doomed:  # first: a forgotten node may come back in this very write
                     await db.executemany("DELETE FROM series WHERE id = ?", doomed)
-                    await db.execute(_PUT_NEXT_ID, (str(next_id),))
+                    await db.execute(_PUT_NEXT_ID, (str(plan.next_id),))
                 if new_series:
                     await db.executemany(
                         "INSERT OR IGNORE INTO series (id, node, resource) VALUES (?, ?, ?)",
@@ -323,29 +293,7 @@ class Journal:
                 raise
         except sqlite3.Error as exc:
             raise JournalError(f"cannot write journal {self.path}: {exc}") from exc
-        self._ids_by_key.update(fresh)
-        self._next_id = next_id
-        del self._doomed[: len(doomed)]
-        self._file_ids = file_ids
-
-    def _map_new(
-        self, keys: list[tuple[str, Resource]]
-    ) -> tuple[np.ndarray, list[tuple[tuple[str, Resource], int]], int]:
-        """File ids for every store series; the series the file does not hold yet, with
-        the file ids they get, and the next free id."""
-        mapped = len(self._file_ids)
-        if len(keys) <= mapped:
-            return self._file_ids, [], self._next_id
-        more: list[int] = []
-        fresh: list[tuple[tuple[str, Resource], int]] = []
-        next_id = self._next_id
-        for key in keys[mapped:]:
-            fid = self._ids_by_key.get(key)
-            if fid is None:
-                fid, next_id = next_id, next_id + 1
-                fresh.append((key, fid))
-            more.append(fid)
-        return np.concatenate([self._file_ids, np.asarray(more, np.int64)]), fresh, next_id
+        self.ids.written(plan, len(doomed))
 
     async def _rollback(self) -> None:
         """Undo a failed transaction; never let the ROLLBACK mask the error that caused it.

@@ -19,29 +19,12 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from itertools import compress
-from typing import Any, Final
 
 import numpy as np
 
 from loadwatcher._types import BoolArray
 from loadwatcher.model import Columns, FloatArray, IntArray, Resource, Series, SeriesBatch
-from loadwatcher.pipeline import bytime
-
-# Utilisation above 100 % happens by rounding in exporters; beyond this it is a bad sample.
-OVER_100_TOLERANCE = 1.0
-
-# The value of a sample whose text a provider could not read: a NaN with a payload of its
-# own, which neither a backend nor arithmetic on values produces, so that the store counts
-# it as "unparsable" rather than "non_finite". Providers put it in after any scaling
-# (arithmetic need not keep a NaN's payload).
-_UNPARSABLE_BITS = 0x7FF8_0000_0BAD_0BAD
-UNPARSABLE: Final = float(np.array([_UNPARSABLE_BITS], np.uint64).view(np.float64)[0])
-
-
-def unparsable(values: FloatArray) -> BoolArray:
-    """Which of ``values`` are ``UNPARSABLE``."""
-    marked: BoolArray = np.asarray(values, np.float64).view(np.uint64) == _UNPARSABLE_BITS
-    return marked
+from loadwatcher.pipeline import bytime, merge, plausible
 
 
 @dataclass(frozen=True)
@@ -198,7 +181,7 @@ class SampleStore:
             lengths = lengths[lengths > 0]
         if not keys:
             if keep_from is not None:
-                self._cols = _since(self._cols, keep_from)
+                self._cols = merge.since(self._cols, keep_from)
             return AddResult(_empty_columns(), dropped)
         sid = np.repeat(self._ids(keys), lengths)
         ts, val = batch.ts, batch.values
@@ -239,16 +222,7 @@ class SampleStore:
                 dropped["too_old"] = int(old.sum())
                 sid, ts, val = sid[~old], ts[~old], val[~old]
 
-        finite = np.isfinite(val)
-        negative = finite & (val < 0)
-        over = finite & (val > 100.0 + OVER_100_TOLERANCE)
-        unread = int(unparsable(val).sum()) if not finite.all() else 0
-        if unread:  # only when some: callers compare the counts with the three above
-            dropped["unparsable"] = unread
-        dropped["non_finite"] += int((~finite).sum()) - unread
-        dropped["negative"] += int(negative.sum())
-        dropped["over_100"] += int(over.sum())
-        good = finite & ~negative & ~over
+        good = plausible.screen(val, dropped)
         added = Columns(sid[good], ts[good], val[good])
         if len(added):
             np.maximum.at(self._newest, added.sid, added.ts)
@@ -256,11 +230,11 @@ class SampleStore:
             # Some samples go before their series' newest: the general merge.
             self._cols = bytime.merge(self._cols, added, len(self._keys))
             if keep_from is not None:
-                self._cols = _since(self._cols, keep_from)
+                self._cols = merge.since(self._cols, keep_from)
         elif keep_from is None:
-            self._cols = _merge(self._cols, added)
+            self._cols = merge.merge(self._cols, added)
         else:
-            self._cols = merge_trimmed(self._cols, added, keep_from, len(self._keys))
+            self._cols = merge.merge_trimmed(self._cols, added, keep_from, len(self._keys))
         return AddResult(added, dropped, offered, ahead_s, future_nodes, repeated)
 
     def load(self, keys: list[tuple[str, Resource]], cols: Columns) -> None:
@@ -278,7 +252,7 @@ class SampleStore:
     def trim(self, before: float) -> int:
         """Forget samples older than ``before``; returns how many were dropped."""
         held = len(self._cols)
-        self._cols = _since(self._cols, before)
+        self._cols = merge.since(self._cols, before)
         return held - len(self._cols)
 
     def forget_after(self, latest: float) -> int:
@@ -305,23 +279,10 @@ class SampleStore:
         afresh, in their old order. Returns the new id of every old id (-1: forgotten), for
         whoever holds series ids (the journal, unwritten samples); None when nothing was
         forgotten. Samples older than ``keep_from`` go too."""
-        n = len(self._keys)
-        alive = self._newest[:n] >= keep_from
+        alive = self._newest[: len(self._keys)] >= keep_from
         if bool(alive.all()):
             return None
-        cols = _since(self._cols, keep_from)
-        renumber = np.where(alive, np.cumsum(alive) - 1, -1).astype(np.int64)
-        keys = list(compress(self._keys, alive.tolist()))
-        newest = np.full(max(16, len(keys)), -np.inf)
-        newest[: len(keys)] = self._newest[:n][alive]
-        if len(cols):
-            cols = Columns(renumber[cols.sid].astype(SID), cols.ts, cols.val)
-        index = {key: i for i, key in enumerate(keys)}
-        # Computed first, swapped in together: the odd epoch spans only the assignments.
-        self._epoch += 1
-        self._keys, self._index, self._cols, self._newest = keys, index, cols, newest
-        self._epoch += 1
-        return renumber
+        return self._keep_series(alive, merge.since(self._cols, keep_from))
 
     def forget_nodes(self, nodes: Collection[str]) -> IntArray | None:
         """Forget every series of ``nodes`` (an operator said they are gone) and number the
@@ -330,16 +291,19 @@ class SampleStore:
         alive = np.fromiter((node not in nodes for node, _ in self._keys), bool, n)
         if bool(alive.all()):
             return None
-        cols = self._cols
+        return self._keep_series(alive, self._cols)
+
+    def _keep_series(self, alive: BoolArray, cols: Columns) -> IntArray:
+        """Keep the ``alive`` series of ``cols``, numbered afresh in their old order; the
+        new id of every old id (-1: forgotten)."""
+        n = len(self._keys)
         renumber = np.where(alive, np.cumsum(alive) - 1, -1).astype(np.int64)
-        if len(cols):
-            sid = renumber[cols.sid]
-            keep = sid >= 0
-            cols = Columns(sid[keep].astype(SID), cols.ts[keep], cols.val[keep])
+        cols = merge.renumbered(cols, renumber)
         keys = list(compress(self._keys, alive.tolist()))
         newest = np.full(max(16, len(keys)), -np.inf)
         newest[: len(keys)] = self._newest[:n][alive]
         index = {key: i for i, key in enumerate(keys)}
+        # Computed first, swapped in together: the odd epoch spans only the assignments.
         self._epoch += 1
         self._keys, self._index, self._cols, self._newest = keys, index, cols, newest
         self._epoch += 1
@@ -402,77 +366,3 @@ def _concatenated(parts: Iterable[Series | SeriesBatch]) -> SeriesBatch:
     if run or not batches:
         batches.append(SeriesBatch.of(run))
     return SeriesBatch.concat(batches)
-
-
-def merge_trimmed(old: Columns, new: Columns, keep_from: float, n_series: int) -> Columns:
-    """``_merge(old, new)`` without the samples older than ``keep_from``, in one pass.
-
-    Both inputs are (series, time)-ordered (the store's invariant) and each new sample is
-    newer than its series' old ones, so a series loses a prefix of its old samples and gains
-    a suffix. Its kept
-    old samples move by a constant ``shift``; where neighbouring series share it (the steady
-    state: each series gains as many as the next one loses), one slice copy moves them all,
-    and the new samples are scattered into the gaps: one new copy of the columns per cycle
-    instead of the two an insert then a masked copy make, each of which the allocator
-    would map afresh.
-    """
-    new = _since(new, keep_from)
-    if len(old) == 0:
-        return new
-    gone = np.flatnonzero(old.ts < keep_from)
-    if len(new) == 0 and gone.shape[0] == 0:
-        return old
-    bounds = np.searchsorted(old.sid, np.arange(n_series + 1))
-    start, stop = bounds[:-1], bounds[1:]
-    lost = np.bincount(old.sid[gone], minlength=n_series)
-    gained = np.bincount(new.sid, minlength=n_series)
-    size = stop - start - lost + gained
-    out_start = np.concatenate(([0], np.cumsum(size)[:-1]))
-    shift = out_start - start - lost
-    # Runs of series with one shift: [first[k], first[k+1]).
-    first = np.flatnonzero(np.diff(shift, prepend=shift[0] - 1))
-    if first.shape[0] > _MAX_RUNS:
-        return _since(_merge(old, new), keep_from)
-    last = np.append(first[1:], n_series) - 1
-    src_from = (start + lost)[first].tolist()
-    src_to = stop[last].tolist()
-    moves = shift[first].tolist()
-    # Each new sample goes after its series' kept old ones: out_start + kept + rank within
-    # the series' new samples.
-    rank = np.arange(len(new)) - np.repeat(np.cumsum(gained) - gained, gained)
-    at = (out_start + (stop - start - lost))[new.sid] + rank
-    total = int(size.sum())
-
-    def moved(src: Any, fresh: Any) -> Any:
-        out = np.empty(total, src.dtype)
-        for a, b, d in zip(src_from, src_to, moves, strict=True):
-            out[a + d : b + d] = src[a:b]
-        out[at] = fresh
-        return out
-
-    return Columns(moved(old.sid, new.sid), moved(old.ts, new.ts), moved(old.val, new.val))
-
-
-# Beyond this many runs of equal shift (ragged arrivals, a backfill) the generic merge is
-# cheaper than a slice copy per run.
-_MAX_RUNS = 64
-
-
-def _since(cols: Columns, keep_from: float) -> Columns:
-    keep = cols.ts >= keep_from
-    if bool(keep.all()):
-        return cols
-    return Columns(cols.sid[keep], cols.ts[keep], cols.val[keep])
-
-
-def _merge(old: Columns, new: Columns) -> Columns:
-    """Insert ``new`` ((series, time)-ordered, each newer than its series' samples in
-    ``old``) into ``old`` keeping (series, time) order: each lands after its series' block."""
-    if len(old) == 0:
-        return new
-    at = np.searchsorted(old.sid, new.sid, side="right")
-    return Columns(
-        np.insert(old.sid, at, new.sid),
-        np.insert(old.ts, at, new.ts),
-        np.insert(old.val, at, new.val),
-    )

@@ -27,9 +27,9 @@ import numpy as np
 from loadwatcher.model import WINDOWS, Operator, Resource, Summary, Window
 from loadwatcher.pipeline import analysis
 from loadwatcher.pipeline.analysis import SEVERITY, Quality, Thresholds
+from loadwatcher.pipeline.plausible import OVER_100_TOLERANCE
 from loadwatcher.pipeline.rollups import WindowStats
 from loadwatcher.pipeline.snapshot import Snapshot
-from loadwatcher.pipeline.store import OVER_100_TOLERANCE
 
 ROLLUPS_TAG = "rollups"
 FROM_BACKEND = "backend"

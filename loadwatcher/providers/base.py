@@ -13,6 +13,8 @@ class Provider(Protocol):
     """A source of raw utilisation samples.
 
     ``source`` is the wire ``source`` string (``"Prometheus"``, ``"InfluxDB"``, ...).
+    A provider whose samples are stamped with this machine's own clock says so with a
+    class attribute ``stamps_local_time = True`` (the host provider).
 
     ``fetch(now, since)`` returns the samples with timestamps in ``(since - overlap, now]``,
     or the whole retention (``now - retention_s``) on a cold start (``since is None``).

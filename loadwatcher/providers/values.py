@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from loadwatcher.model import FloatArray
-from loadwatcher.pipeline.store import UNPARSABLE
+from loadwatcher.pipeline.plausible import UNPARSABLE
 
 # RFC 8259's number, in ASCII digits only (``\d`` would take any Unicode digit).
 _PROMETHEUS = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|NaN|[+-]Inf")

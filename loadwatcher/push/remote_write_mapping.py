@@ -28,8 +28,9 @@ from loadwatcher.push import remote_write
 from loadwatcher.push.errors import PushError, PushErrorKind
 from loadwatcher.push.ha import DEFAULT_FAILOVER_TIMEOUT_S, HATracker
 from loadwatcher.push.protocol import Pending, PushRequest
-from loadwatcher.push.remote_write import Selection, SeriesIndex, WriteRequestBytes, select
+from loadwatcher.push.remote_write import Selection, WriteRequestBytes, select
 from loadwatcher.push.samples import RESOURCES, Decoded, Part, count, ms_to_seconds, to_batch
+from loadwatcher.push.series_index import SeriesIndex
 from loadwatcher.push.sizes import PushedSizes
 from loadwatcher.push.state import CounterState, GaugePairs, Point
 

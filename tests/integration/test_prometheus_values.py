@@ -23,7 +23,7 @@ from service import prometheus_engine
 from synth import CPU_METRIC, MEM_METRIC, node_history, node_names
 
 from loadwatcher.model import Resource
-from loadwatcher.pipeline.store import unparsable
+from loadwatcher.pipeline.plausible import unparsable
 from loadwatcher.providers.prometheus import jsonbytes
 from loadwatcher.providers.prometheus.answer import ParseMemo, parse_answer
 

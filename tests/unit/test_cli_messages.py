@@ -22,9 +22,9 @@ from typing import Any, cast
 import pytest
 from backends import free_port
 
+import loadwatcher.engine as engine
 from loadwatcher import config
 from loadwatcher.cli import build_parser
-from loadwatcher.engine import cycle as engine
 from loadwatcher.errors import ConfigError
 from loadwatcher.model import Resource
 from loadwatcher.pipeline import analysis

@@ -138,10 +138,10 @@ async def test_the_journal_keeps_a_small_page_cache_and_the_stores_own_keys(
             assert (await cur.fetchone()) == (-CACHE_KIB,)
         keys = [(f"n{i}", r) for i in range(3) for r in Resource]
         await journal.write_cycle(keys, cols([0, 5], [1, 1], [1, 2]), 0, b"snap", 1.0)
-        held = {id(k) for k in journal._ids_by_key}
+        held = {id(k) for k in journal.ids.by_key}
         assert held == {id(k) for k in keys}
         recovered = await journal.load_samples(0)
-        assert {id(k) for k in journal._ids_by_key} == {id(k) for k in recovered.keys}
+        assert {id(k) for k in journal.ids.by_key} == {id(k) for k in recovered.keys}
         assert recovered.keys == keys and recovered.samples.sid.tolist() == [0, 5]
     finally:
         await journal.close()

@@ -13,7 +13,8 @@ from aiohttp import web
 
 from loadwatcher.errors import ProviderError
 from loadwatcher.model import FetchResult, Resource, Series, SeriesBatch
-from loadwatcher.pipeline.store import SampleStore, unparsable
+from loadwatcher.pipeline.plausible import unparsable
+from loadwatcher.pipeline.store import SampleStore
 from loadwatcher.providers.base import collect
 from loadwatcher.providers.http import HttpBackend, HttpSettings
 from loadwatcher.providers.prometheus import jsonbytes

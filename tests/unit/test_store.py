@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadwatcher.model import Columns, Resource, Series, SeriesBatch
-from loadwatcher.pipeline import store as store_module
+from loadwatcher.pipeline import merge as merge_module
 from loadwatcher.pipeline.store import SampleStore
 
 
@@ -79,7 +79,7 @@ def test_steady_cycle_moves_every_series_with_one_copy(monkeypatch: pytest.Monke
     parts = [_series(f"n{n:04d}", [300.0], 1000 + n) for n in range(300)]
     reference.add(parts)
     reference.trim(15.0)
-    monkeypatch.setattr(store_module, "_merge", no_generic_merge)
+    monkeypatch.setattr(merge_module, "merge", no_generic_merge)
     store.add(parts, keep_from=15.0)
     _same(store.columns, reference.columns)
     assert len(store.columns) == 300 * 20

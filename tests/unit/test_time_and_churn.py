@@ -273,7 +273,7 @@ async def test_node_churn_leaves_memory_and_the_journal_flat(tmp_path: Path) -> 
     again = _engine(db, Hostile(["stay"]), retention_s=150.0, clock=lambda: T0 + 15 * 59)
     await again.recover()
     assert again.journal is not None
-    assert again.journal._next_id > max(ids)
+    assert again.journal.ids.next_id > max(ids)
     assert len(again.store.keys) == series_rows
     await again.close()
 

@@ -14,7 +14,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from loadwatcher.model import Resource
-from loadwatcher.pipeline.store import UNPARSABLE, SampleStore, unparsable
+from loadwatcher.pipeline.plausible import UNPARSABLE, unparsable
+from loadwatcher.pipeline.store import SampleStore
 from loadwatcher.providers.influxdb import flux, influxql
 from loadwatcher.providers.influxdb.telegraf import to_series
 from loadwatcher.providers.values import json_value, prometheus_value, prometheus_values

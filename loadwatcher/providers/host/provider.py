@@ -20,6 +20,9 @@ FIRST_SAMPLE_INTERVAL_S = 0.25
 
 class HostProvider:
     source = "host"
+    # Its samples are stamped with this machine's own clock: they cannot tell whether a
+    # step of that clock was right (``engine.clocks``).
+    stamps_local_time = True
 
     def __init__(self, node_name: str | None = None) -> None:
         self.node = node_name or socket.gethostname()

@@ -20,7 +20,7 @@ import numpy as np
 from loadwatcher.config.parsers import tag_filter
 from loadwatcher.errors import ProviderError
 from loadwatcher.model import FetchResult, FloatArray, Resource, Series
-from loadwatcher.pipeline.store import UNPARSABLE, unparsable
+from loadwatcher.pipeline.plausible import UNPARSABLE, unparsable
 from loadwatcher.providers.base import collect
 
 # Telegraf's names for what a node has: bytes of memory and logical CPUs.

@@ -28,7 +28,7 @@ import orjson
 from loadwatcher._types import BoolArray
 from loadwatcher.errors import ProviderError, ProviderErrorKind
 from loadwatcher.model import FloatArray, Resource, SeriesBatch, node_name
-from loadwatcher.pipeline.store import UNPARSABLE, unparsable
+from loadwatcher.pipeline.plausible import UNPARSABLE, unparsable
 from loadwatcher.providers.prometheus import jsonbytes
 from loadwatcher.providers.values import prometheus_values
 

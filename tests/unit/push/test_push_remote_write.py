@@ -26,11 +26,11 @@ from loadwatcher.push import remote_write_pb2 as pb
 from loadwatcher.push.errors import PushError, PushErrorKind
 from loadwatcher.push.remote_write import (
     Selection,
-    SeriesIndex,
     decode_write_request,
     parse_write_request,
     select,
 )
+from loadwatcher.push.series_index import SeriesIndex
 
 METRICS = ["m_cpu", "m_mem"]
 LABELS = ["instance", "prometheus_replica", "cluster", "cpu", "mode"]

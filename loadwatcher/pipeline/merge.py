@@ -1,0 +1,100 @@
+"""Merging (series, time)-ordered sample columns, and renumbering their series (pure).
+
+Every function takes and gives columns in (series, time) order, the store's invariant;
+each returns new arrays and never changes its inputs in place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from loadwatcher.model import Columns, IntArray
+
+
+def merge_trimmed(old: Columns, new: Columns, keep_from: float, n_series: int) -> Columns:
+    """``merge(old, new)`` without the samples older than ``keep_from``, in one pass.
+
+    Both inputs are (series, time)-ordered (the store's invariant) and each new sample is
+    newer than its series' old ones, so a series loses a prefix of its old samples and gains
+    a suffix. Its kept
+    old samples move by a constant ``shift``; where neighbouring series share it (the steady
+    state: each series gains as many as the next one loses), one slice copy moves them all,
+    and the new samples are scattered into the gaps: one new copy of the columns per cycle
+    instead of the two an insert then a masked copy make, each of which the allocator
+    would map afresh.
+    """
+    new = since(new, keep_from)
+    if len(old) == 0:
+        return new
+    gone = np.flatnonzero(old.ts < keep_from)
+    if len(new) == 0 and gone.shape[0] == 0:
+        return old
+    bounds = np.searchsorted(old.sid, np.arange(n_series + 1))
+    start, stop = bounds[:-1], bounds[1:]
+    lost = np.bincount(old.sid[gone], minlength=n_series)
+    gained = np.bincount(new.sid, minlength=n_series)
+    size = stop - start - lost + gained
+    out_start = np.concatenate(([0], np.cumsum(size)[:-1]))
+    shift = out_start - start - lost
+    # Runs of series with one shift: [first[k], first[k+1]).
+    first = np.flatnonzero(np.diff(shift, prepend=shift[0] - 1))
+    if first.shape[0] > _MAX_RUNS:
+        return since(merge(old, new), keep_from)
+    last = np.append(first[1:], n_series) - 1
+    src_from = (start + lost)[first].tolist()
+    src_to = stop[last].tolist()
+    moves = shift[first].tolist()
+    # Each new sample goes after its series' kept old ones: out_start + kept + rank within
+    # the series' new samples.
+    rank = np.arange(len(new)) - np.repeat(np.cumsum(gained) - gained, gained)
+    at = (out_start + (stop - start - lost))[new.sid] + rank
+    total = int(size.sum())
+
+    def moved(src: Any, fresh: Any) -> Any:
+        out = np.empty(total, src.dtype)
+        for a, b, d in zip(src_from, src_to, moves, strict=True):
+            out[a + d : b + d] = src[a:b]
+        out[at] = fresh
+        return out
+
+    return Columns(moved(old.sid, new.sid), moved(old.ts, new.ts), moved(old.val, new.val))
+
+
+# Beyond this many runs of equal shift (ragged arrivals, a backfill) the generic merge is
+# cheaper than a slice copy per run.
+_MAX_RUNS = 64
+
+
+def since(cols: Columns, keep_from: float) -> Columns:
+    keep = cols.ts >= keep_from
+    if bool(keep.all()):
+        return cols
+    return Columns(cols.sid[keep], cols.ts[keep], cols.val[keep])
+
+
+def merge(old: Columns, new: Columns) -> Columns:
+    """Insert ``new`` ((series, time)-ordered, each newer than its series' samples in
+    ``old``) into ``old`` keeping (series, time) order: each lands after its series' block."""
+    if len(old) == 0:
+        return new
+    at = np.searchsorted(old.sid, new.sid, side="right")
+    return Columns(
+        np.insert(old.sid, at, new.sid),
+        np.insert(old.ts, at, new.ts),
+        np.insert(old.val, at, new.val),
+    )
+
+
+def renumbered(cols: Columns, renumber: IntArray) -> Columns:
+    """``cols`` in new series ids (``renumber[old id]``, -1: forgotten), without the samples
+    of forgotten series; the ids keep their type."""
+    if len(cols) == 0:
+        return cols
+    sid = renumber[cols.sid]
+    keep = sid >= 0
+    sid = sid.astype(cols.sid.dtype, copy=False)
+    if bool(keep.all()):
+        return Columns(sid, cols.ts, cols.val)
+    return Columns(sid[keep], cols.ts[keep], cols.val[keep])
