@@ -20,7 +20,6 @@ from aiohttp import web
 from loadwatcher.config import Settings
 from loadwatcher.engine import Engine, EngineOptions
 from loadwatcher.engine.clocks import ClockWatch
-from loadwatcher.errors import ConfigError
 from loadwatcher.http import api, edge
 from loadwatcher.http.security import TlsReloader, TokenFile
 from loadwatcher.journal import identity
@@ -145,14 +144,8 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     tokens = TokenFile(server.auth_token_file) if server.auth_token_file else None
     if tokens is not None:
         tokens.require("server.auth_token_file")  # before anything starts: exit 2
-    if settings.journal.path:
-        # Someone else's file (a typo'd --db) is refused, never moved aside: exit 2.
-        looks = identity.foreign(settings.journal.path)
-        if looks is not None:
-            raise ConfigError(
-                "journal.path",
-                f"{settings.journal.path} is {looks}; left as it is (name a journal or a new file)",
-            )
+    # Someone else's file (a typo'd --db) is refused, never moved aside: exit 2.
+    identity.refuse_foreign(settings.journal.path)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)

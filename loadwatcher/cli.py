@@ -15,6 +15,7 @@ from typing import Any
 from loadwatcher import __version__, allocator, config
 from loadwatcher.commandline import parse_args, reader_gone
 from loadwatcher.errors import ConfigError, StartError
+from loadwatcher.journal import identity
 from loadwatcher.providers import registry
 
 log = logging.getLogger("loadwatcher")
@@ -74,6 +75,7 @@ def _settings(args: argparse.Namespace) -> config.Settings:
 def _config_check(args: argparse.Namespace) -> int:
     # Everything serve refuses before it starts is refused by config.load, for both.
     settings = _settings(args)
+    identity.refuse_foreign(settings.journal.path)  # as serve does before it starts
     effective = config.effective(settings, registry.catalogue())
     import yaml  # not at the top: `serve` reads YAML only when given a --config file
 

@@ -16,7 +16,7 @@ import os
 import sqlite3
 import urllib.parse
 
-from loadwatcher.errors import JournalError
+from loadwatcher.errors import ConfigError, JournalError
 
 # "LWJ1" in ASCII: the header's application_id of every journal this service writes.
 APPLICATION_ID = 0x4C574A31
@@ -28,6 +28,16 @@ _APP_ID_AT = 68
 
 class NotAJournal(JournalError):
     """The file exists and is not a loadwatcher journal: it is left as it is."""
+
+
+def refuse_foreign(path: str) -> None:
+    """ConfigError (``journal.path``) when ``path`` exists and is not a loadwatcher journal:
+    ``serve`` and ``config check`` refuse it alike, before anything else touches it."""
+    looks = foreign(path) if path else None
+    if looks is not None:
+        raise ConfigError(
+            "journal.path", f"{path} is {looks}; left as it is (name a journal or a new file)"
+        )
 
 
 def application_id(header: bytes) -> int | None:

@@ -188,3 +188,11 @@ def test_every_deploy_config_is_judged_alike(files: dict[str, str], tmp_path: Pa
     push = verdicts["deploy/overlays/push/config.yaml"]
     assert push[0] == 2 and "push.token_file: no such file: /etc/loadwatcher" in push[1]
     assert verdicts["deploy/base/config.yaml"] == (0, "")
+
+
+def test_both_refuse_a_db_that_is_not_a_journal(files: dict[str, str], tmp_path: Path) -> None:
+    before = Path(files["garbage"]).read_bytes()
+    code, line = _same_verdict(["--db", files["garbage"]], {}, tmp_path)
+    assert code == 2 and f"journal.path: {files['garbage']} is a text file" in line, line
+    assert Path(files["garbage"]).read_bytes() == before
+    assert not Path(files["garbage"] + ".lock").exists()
