@@ -92,7 +92,12 @@ class JournalError(LoadwatcherError):
 
 
 class ClientError(LoadwatcherError):
-    """The bundled client could not fetch or accept a /watcher snapshot."""
+    """The bundled client could not fetch or accept a /watcher snapshot.
+
+    Its message never carries a URL's user and password: callers log it as it is."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(without_credentials(a) if isinstance(a, str) else a for a in args))
 
 
 class StartError(LoadwatcherError):

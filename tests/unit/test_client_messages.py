@@ -180,3 +180,15 @@ def test_a_closed_pipe_ends_quietly_with_exit_0(tmp_path: Path, command: str) ->
     assert writer.wait(120) == 0, err
     assert err == b""
     assert reader.stdout.decode().split()[0] in ("RANK", "NODE")
+
+
+def test_a_urls_password_never_reaches_the_terminal(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, answering: dict
+) -> None:
+    answering["/watcher"] = (200, "text/html", b"<html></html>", {})
+    live = answering["url"][1].replace("http://", f"http://alice:{SECRET}@")
+    dead = f"http://alice:{SECRET}@127.0.0.1:{free_port()}"
+    for url, expected in ((live, "is not a loadwatcher"), (dead, "nothing listens on")):
+        code, _, err = _score(capsys, tmp_path, url, "--retries", "0")
+        assert code in (1, 2) and expected in err, err
+        assert "alice" not in err and "http://***@127.0.0.1:" in err, err

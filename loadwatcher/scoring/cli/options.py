@@ -16,7 +16,7 @@ import orjson
 from loadwatcher.client import TOKEN_ENV, InvalidSnapshotError, Snapshot, access
 from loadwatcher.commandline import reader_gone
 from loadwatcher.config import parsers
-from loadwatcher.errors import ClientError
+from loadwatcher.errors import ClientError, without_credentials
 from loadwatcher.scoring import inputs
 from loadwatcher.scoring.nodes import NodeInput, merge_snapshot
 
@@ -65,7 +65,8 @@ def guarded(command: str, fn: Handler) -> Handler:
             return 130
         except Exception as exc:  # a bug: still one line, never a traceback
             code, message = 1, f"internal error ({type(exc).__name__}: {exc}); please report it"
-        line = " ".join(message.split()) or type(message).__name__
+        # A --watcher URL with a user and password may be in any message, ours or a library's.
+        line = without_credentials(" ".join(message.split())) or type(message).__name__
         print(f"loadwatcher {command}: error: {line}", file=sys.stderr)
         return code
 
