@@ -133,6 +133,7 @@ class CapacityCache:
     async def refresh(self, now: float, ask: Ask) -> None:
         """Ask every query; keep what answered. Raises only what ends the task (cancel)."""
         self._asked_at = now
+        self._next_s = RETRY_S  # until an answer comes: a cancelled ask is a failed one
         queries = capacity_queries(self.node_label)
         bodies = await asyncio.gather(*(ask(q) for q in queries.values()), return_exceptions=True)
         answers: dict[str, list[tuple[Mapping[str, Any], float]]] = {}
@@ -149,7 +150,6 @@ class CapacityCache:
                 failed.append(f"{query!r}: {exc}")
         found = capacity_info(answers, self.node_label, self.strip_port)
         if failed:
-            self._next_s = RETRY_S
             # What a failed query would have said is kept from the last answer, fact by fact.
             kept = {node: dict(facts) for node, facts in self.info.items()}
             for node, facts in found.items():

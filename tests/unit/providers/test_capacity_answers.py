@@ -5,6 +5,7 @@ tests/integration/test_prometheus_capacity.py."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Any
 
@@ -81,6 +82,25 @@ async def test_a_failed_query_keeps_the_known_sizes_notes_it_and_retries_sooner(
     prom.answers = NE
     await cache.refresh(REFRESH_S + RETRY_S, prom)
     assert cache.note is None and cache.info == known
+
+
+async def test_a_refresh_cancelled_mid_way_is_retried_as_soon_as_a_failed_one() -> None:
+    prom = Prom(NE)
+    cache = CapacityCache("instance", True)
+    await cache.refresh(0.0, prom)
+    hang = asyncio.Event()
+
+    async def hanging(promql: str) -> bytes:
+        await hang.wait()
+        return b""
+
+    task = asyncio.create_task(cache.refresh(REFRESH_S, hanging))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cache.info == {"10.0.0.1": {"capacity.cpu": "2", "capacity.memory": "8000000000"}}
+    assert cache.due(REFRESH_S + RETRY_S) and not cache.due(REFRESH_S + RETRY_S - 1)
 
 
 async def test_every_query_failing_keeps_every_size() -> None:
