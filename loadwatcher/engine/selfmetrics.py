@@ -21,6 +21,11 @@ from loadwatcher.pipeline.health import Status
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
+# loadwatcher_push_samples_total's outcomes that are no discard: the totals, and the series
+# or lines of other metrics skipped unread (a sender pushes every metric it has).
+PUSH_TOTALS = ("received", "accepted")
+PUSH_NOT_DISCARDED = frozenset({*PUSH_TOTALS, "unmatched_series", "unmatched_lines"})
+
 _CYCLE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _FAST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 

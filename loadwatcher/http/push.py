@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import orjson
 from aiohttp import web
 
-from loadwatcher.engine.selfmetrics import SelfMetrics
+from loadwatcher.engine.selfmetrics import PUSH_TOTALS, SelfMetrics
 from loadwatcher.http.tokens import TokenFile
 from loadwatcher.providers.push.buffer import PushBuffer
 from loadwatcher.providers.push.series import SeriesBudget
@@ -123,7 +123,7 @@ class Receiver:
         self._mapping = asyncio.Lock()
         for path in self.endpoints:
             self.metrics.push_requests.labels(path, "204")
-        for outcome in ("received", "accepted"):
+        for outcome in PUSH_TOTALS:
             self.metrics.push_samples.labels(outcome)
 
     @property

@@ -37,7 +37,7 @@ from multidict import MultiMapping
 from prometheus_client import Counter
 
 from loadwatcher import __version__
-from loadwatcher.engine.selfmetrics import SelfMetrics
+from loadwatcher.engine.selfmetrics import PUSH_NOT_DISCARDED, SelfMetrics
 from loadwatcher.http import statuslist, statusnode, statusrows, timeline
 from loadwatcher.http.appkeys import ENGINE_KEY, RECEIVING_KEY
 from loadwatcher.http.params import BadRequest, checked
@@ -66,8 +66,6 @@ _HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'",
     "X-Content-Type-Options": "nosniff",
 }
-# Push counts that are not discards (the receiver's own outcome labels).
-_PUSH_NOT_DROPPED = frozenset({"received", "accepted"})
 
 Held = tuple[tuple[tuple[str, Resource], ...], Columns]
 
@@ -100,7 +98,7 @@ def dropped(metrics: SelfMetrics, receiving: bool) -> Dropped:
     push = None
     if receiving:
         outcomes = _counter_values(metrics.push_samples, "outcome")
-        push = {k: v for k, v in outcomes.items() if k not in _PUSH_NOT_DROPPED}
+        push = {k: v for k, v in outcomes.items() if k not in PUSH_NOT_DISCARDED}
     return Dropped(_counter_values(metrics.samples_dropped, "reason"), push)
 
 
