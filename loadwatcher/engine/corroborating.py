@@ -23,10 +23,10 @@ class CorroboratingSource:
         self.store = SampleStore()
         self.error: str | None = None
 
-    async def fetch(self, now: float, keep_from: float, latest: float) -> None:
+    async def fetch(self, now: float, keep_from: float, latest: float, take_back: bool) -> None:
         """Fetch into the store; a failure is logged when it starts and when it ends.
-        Samples after ``latest`` are refused, and series idle since ``keep_from`` forgotten,
-        as in the main store."""
+        Samples after ``latest`` are refused (and, with ``take_back``, those held are taken
+        back), and series idle since ``keep_from`` forgotten, as in the main store."""
         try:
             result = await self.provider.fetch(now, self.store.newest())
         except ProviderError as exc:
@@ -37,7 +37,8 @@ class CorroboratingSource:
         if self.error is not None:
             log.info("corroborating provider answers again")
         self.error = None
-        self.store.forget_after(latest)
+        if take_back:
+            self.store.forget_after(latest)
         self.store.add([*result.series, *result.batches], keep_from=keep_from, latest=latest)
         self.store.forget_idle(keep_from)
 

@@ -214,10 +214,12 @@ class Engine:
 
     async def _fetch_corroborating(self, now: float) -> None:
         if self.corroborating is not None:
+            # Kept through a wall-clock step as the main store is (``clocks``).
             await self.corroborating.fetch(
                 now,
-                keep_from=now - self.options.retention_s,
+                keep_from=self.keep_from(now),
                 latest=now + self.options.future_tolerance_s,
+                take_back=self.clock_step is None,
             )
 
     def next_poll_delay(self, elapsed: float) -> float:

@@ -13,6 +13,7 @@ import numpy as np
 
 from loadwatcher.engine import Engine, EngineOptions
 from loadwatcher.engine.clocks import ClockWatch
+from loadwatcher.engine.corroborating import CorroboratingSource
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import FetchResult, Resource, Series
 
@@ -146,3 +147,22 @@ def test_slewing_within_the_tolerance_is_followed_not_a_step() -> None:
         clocks.mono += 60.0
         clocks.step += 0.03
         assert watch.look() is None
+
+
+async def test_the_corroborating_store_is_kept_through_a_step_as_the_main_one(
+    tmp_path: Path,
+) -> None:
+    clocks, db = Clocks(), tmp_path / "lw.db"
+    engine = _engine(db, clocks)
+    engine.corroborating = CorroboratingSource(Remote(clocks))
+    await engine.recover()
+    await _polls(engine, clocks, 60)
+    second = engine.corroborating.store
+    assert len(second.columns) == 4 * 60
+    clocks.step = 3600.0  # an hour ahead: the retention would trim everything
+    await _polls(engine, clocks, 2)
+    assert len(second.columns) >= 4 * 60
+    clocks.step = -120.0  # behind: the held samples are ahead of the clock
+    await _polls(engine, clocks, 1)
+    assert len(second.columns) >= 4 * 60
+    await engine.close()
