@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-__all__ = ["Quantity", "parse_quantity"]
+__all__ = ["Quantity", "capacity_facts", "node_quantity", "parse_quantity"]
 
 _DECIMAL_SUFFIXES: dict[str, int] = {
     "n": -9,
@@ -130,3 +130,29 @@ def parse_quantity(raw: str | int | float) -> Quantity:
     if amount:
         amount = math.ceil(amount / _NANO) * _NANO  # Go rounds up to nano precision
     return Quantity(-amount if sign == "-" else amount, text)
+
+
+def node_quantity(resource: str, value: float) -> str | None:
+    """A node size as the quantity string the wire's ``metadata`` carries: cores (``"4"``,
+    ``"3920m"``) or bytes; None for a value no node can have (a backend or a writer may
+    send anything)."""
+    if not math.isfinite(value) or value <= 0 or value >= 2**63:
+        return None
+    if resource == "cpu":
+        milli = round(value * 1000)
+        if not 0 < milli < 2**63:  # Go's int64 millicores
+            return None
+        return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+    whole = round(value)
+    return str(whole) if whole > 0 else None
+
+
+def capacity_facts(cpus: float | None, memory_bytes: float | None) -> dict[str, str]:
+    """``capacity.cpu`` and ``capacity.memory`` of one node, leaving out what is unknown or
+    impossible."""
+    facts: dict[str, str] = {}
+    for resource, value in (("cpu", cpus), ("memory", memory_bytes)):
+        shown = None if value is None else node_quantity(resource, value)
+        if shown is not None:
+            facts[f"capacity.{resource}"] = shown
+    return facts

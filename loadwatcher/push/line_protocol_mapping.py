@@ -16,7 +16,8 @@ import numpy as np
 from loadwatcher.push import line_protocol as lp
 from loadwatcher.push.protocol import Pending, PushRequest
 from loadwatcher.push.protocols.line_protocol import INFLUX_V1
-from loadwatcher.push.samples import Decoded, Part, ns_to_seconds, size_facts, to_batch
+from loadwatcher.push.samples import Decoded, Part, ns_to_seconds, to_batch
+from loadwatcher.quantity import capacity_facts
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def _sizes(memory: lp.Points, cpus: lp.Points) -> dict[str, dict[str, str]]:
                 slot[k] = (ts, value)
     info = {}
     for host, (cpu, mem) in newest.items():
-        facts = size_facts(cpu[1] if cpu else None, mem[1] if mem else None)
+        facts = capacity_facts(cpu[1] if cpu else None, mem[1] if mem else None)
         if facts:
             info[host] = facts
     return info

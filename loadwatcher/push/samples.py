@@ -8,7 +8,6 @@ last pushed wins).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -40,16 +39,6 @@ class Part:
     resource: IntArray
     ts: FloatArray
     values: FloatArray
-
-
-def size_facts(cpus: float | None, memory_bytes: float | None) -> dict[str, str]:
-    """``capacity.cpu`` (whole CPUs) and ``capacity.memory`` (bytes) as Kubernetes quantity
-    strings, leaving out a value no node can have."""
-    facts: dict[str, str] = {}
-    for key, value in (("capacity.cpu", cpus), ("capacity.memory", memory_bytes)):
-        if value is not None and math.isfinite(value) and 1 <= value < 2**63:
-            facts[key] = str(round(value))
-    return facts
 
 
 def count(counts: dict[str, int], reason: str, n: int) -> None:

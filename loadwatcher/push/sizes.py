@@ -14,8 +14,8 @@ import math
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from loadwatcher.push.samples import size_facts
 from loadwatcher.push.state import MAX_NODES
+from loadwatcher.quantity import capacity_facts
 
 __all__ = ["MAX_CPUS", "PushedSizes"]
 
@@ -76,7 +76,7 @@ class PushedSizes:
             cutoff = now - self.forget_after_s
             # A clock that went back keeps every CPU: none is known to be gone.
             state.cpus = {c: t for c, t in state.cpus.items() if t >= cutoff or t > now}
-            facts = size_facts(len(state.cpus) or None, state.memory)
+            facts = capacity_facts(len(state.cpus) or None, state.memory)
             if facts:
                 info[name] = facts
         return info

@@ -10,7 +10,6 @@ capacity metadata. The query language is a ``Backend``; only ``InfluxDBProvider.
 from __future__ import annotations
 
 import asyncio
-import math
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Protocol
@@ -22,6 +21,7 @@ from loadwatcher.errors import ProviderError
 from loadwatcher.model import FetchResult, FloatArray, Resource, Series
 from loadwatcher.pipeline.plausible import UNPARSABLE, unparsable
 from loadwatcher.providers.base import collect
+from loadwatcher.quantity import capacity_facts
 
 # Telegraf's names for what a node has: bytes of memory and logical CPUs.
 CAPACITY_MEMORY_FIELD = "total"
@@ -118,11 +118,7 @@ def capacity_info(found: dict[str, dict[str, float]]) -> dict[str, dict[str, str
     """Kubernetes quantity strings (``"4"``, ``"8589934592"``) from Telegraf's numbers."""
     info: dict[str, dict[str, str]] = {}
     for host, values in found.items():
-        entry = {}
-        for key in ("cpu", "memory"):
-            value = values.get(key)
-            if value is not None and math.isfinite(value) and value > 0:
-                entry[f"capacity.{key}"] = str(round(value))
+        entry = capacity_facts(values.get("cpu"), values.get("memory"))
         if entry:
             info[host] = entry
     return info

@@ -10,7 +10,6 @@ changes rarely, so the answers are kept and asked for again only every ``REFRESH
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +18,7 @@ import orjson
 
 from loadwatcher.errors import ProviderError, ProviderErrorKind
 from loadwatcher.model import node_name
+from loadwatcher.quantity import node_quantity
 
 __all__ = ["REFRESH_S", "RETRY_S", "CapacityCache", "capacity_info", "capacity_queries"]
 
@@ -71,20 +71,6 @@ def _vector(body: bytes, query: str) -> list[tuple[Mapping[str, Any], float]]:
     return items
 
 
-def _quantity(resource: str, value: float) -> str | None:
-    """A Kubernetes quantity string: cores (``"4"``, ``"3920m"``) or bytes; None for a value
-    no node can have."""
-    if not math.isfinite(value) or value <= 0 or value >= 2**63:
-        return None
-    if resource == "cpu":
-        milli = round(value * 1000)
-        if milli <= 0:
-            return None
-        return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
-    whole = round(value)
-    return str(whole) if whole > 0 else None
-
-
 def capacity_info(
     answers: Mapping[str, Sequence[tuple[Mapping[str, Any], float]]],
     node_label: str,
@@ -98,7 +84,7 @@ def capacity_info(
     def put(raw_node: Any, key: str, resource: str, value: float) -> None:
         if not isinstance(raw_node, str) or not raw_node:
             return
-        text = _quantity(resource, value)
+        text = node_quantity(resource, value)
         if text is not None:
             info.setdefault(node_name(raw_node, strip_port), {})[f"{key}.{resource}"] = text
 
