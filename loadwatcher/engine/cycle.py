@@ -325,6 +325,7 @@ class Engine:
     def health(self, now: float | None = None) -> health.Verdict:
         now = self.clock() if now is None else now
         snap = self.current.snapshot if self.current else None
+        listed, count = self.gone.listed(now, gone.LISTED)
         return health.evaluate(
             now,
             self.provider_status,
@@ -340,7 +341,8 @@ class Engine:
             service_problems=clocks.problems(
                 self.clock_step, self.clock_skew, self.options.future_tolerance_s
             ),
-            gone_nodes=[g.as_json() for g in self.gone.listed(now)],
+            gone_nodes=[g.as_json() for g in listed],
+            gone_count=count,
         )
 
     # -- an operator's forget -------------------------------------------------------------

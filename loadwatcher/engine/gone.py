@@ -13,6 +13,7 @@ is over, with ``Engine.forget`` (``POST /watcher/{node}/forget``).
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -118,13 +119,15 @@ class GoneNodes:
         self._gone = {n: g for n, g in self._gone.items() if n != node}
         return True
 
-    def __contains__(self, node: object) -> bool:
-        return node in self._gone
-
-    def listed(self, now: float) -> list[GoneNode]:
-        """The nodes still visible at ``now``, the last to leave first."""
+    def listed(self, now: float, limit: int | None = None) -> tuple[list[GoneNode], int]:
+        """The first ``limit`` (default: all) of the nodes still visible at ``now``, the
+        last to leave first, and how many are visible: health asks for a page of up to
+        ``MAX_GONE`` at every request."""
         shown = [g for g in self._gone.values() if now - g.left_at <= self.visible_s]
-        return sorted(shown, key=lambda g: (-g.left_at, g.node))
+        first = heapq.nsmallest(
+            len(shown) if limit is None else limit, shown, key=lambda g: (-g.left_at, g.node)
+        )
+        return first, len(shown)
 
 
 async def forget_node(engine: Engine, node: str) -> bool | None:

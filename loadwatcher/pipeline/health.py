@@ -90,13 +90,15 @@ def evaluate(
     max_bad_node_share: float = DEFAULT_MAX_BAD_NODE_SHARE,
     service_problems: tuple[str, ...] = (),
     gone_nodes: Sequence[Mapping[str, Any]] = (),
+    gone_count: int | None = None,
 ) -> Verdict:
     """Service-level reasons make the service ``unhealthy`` (503); node-level ones only
     ``degraded`` (200) while the bad nodes are at most ``max_bad_node_share`` of
     ``known_nodes`` (the analysed nodes, missing ones included; by default ``nodes`` plus
     the missing). ``service_problems`` are service-level reasons found elsewhere (clock
-    skew, once it is measured). ``gone_nodes`` left the snapshot (``engine.gone``): listed,
-    and named in a note, but never bad nodes."""
+    skew, once it is measured). ``gone_nodes`` left the snapshot (``engine.gone``, the first
+    of ``gone_count``, default all of them): listed, and named in a note, never bad nodes."""
+    gone_count = len(gone_nodes) if gone_count is None else gone_count
     service: list[str] = []
     # Until a poll finishes, ``error`` is None and ``ok`` False: that is not an outage.
     first_poll_running = provider.polling and provider.error is None and not provider.ok
@@ -159,7 +161,7 @@ def evaluate(
         "reasons": service + node,
         "serviceReasons": service,
         "nodeReasons": node,
-        "notes": [*provider.notes, *_gone_note(gone_nodes)],
+        "notes": [*provider.notes, *_gone_note(gone_nodes, gone_count)],
         "badNodes": {
             "count": bad,
             "of": of,
@@ -191,18 +193,18 @@ def evaluate(
             "frozenNodes": list(frozen_nodes[:50]),
             "missingNodes": list(missing_nodes[:50]),
             "goneNodes": [dict(g) for g in gone_nodes[:50]],
-            "goneNodeCount": len(gone_nodes),
+            "goneNodeCount": gone_count,
         },
     }
     return Verdict(status, body)
 
 
-def _gone_note(gone_nodes: Sequence[Mapping[str, Any]]) -> list[str]:
-    if not gone_nodes:
+def _gone_note(gone_nodes: Sequence[Mapping[str, Any]], count: int) -> list[str]:
+    if not count:
         return []
     names = ", ".join(str(g["node"]) for g in gone_nodes[:5])
-    more = f" and {len(gone_nodes) - 5} more" if len(gone_nodes) > 5 else ""
+    more = f" and {count - 5} more" if count > 5 else ""
     return [
-        f"{plural(len(gone_nodes), 'node')} gone (no sample for the retention; not counted "
+        f"{plural(count, 'node')} gone (no sample for the retention; not counted "
         f"as bad): {names}{more}; `loadwatcher forget NODE` lets one go"
     ]

@@ -334,12 +334,14 @@ def test_gone_list_is_those_that_left_within_visible_s_and_not_back(
         for n in after:
             left.pop(n, None)
         before = after
-        listed = gone.listed(now)
+        listed, _ = gone.listed(now)
         model = {n for n, at in left.items() if now - at <= visible}
         names = [g.node for g in listed]
         assert set(names) == model
         assert [g.left_at for g in listed] == sorted((g.left_at for g in listed), reverse=True)
         assert not set(names) & nodes
+        page, count = gone.listed(now, 3)
+        assert page == listed[:3] and count == len(model)
 
 
 def test_gone_list_is_bounded_keeping_the_last_to_leave() -> None:
@@ -350,14 +352,14 @@ def test_gone_list_is_bounded_keeping_the_last_to_leave() -> None:
         after = {f"n{j}": {"lastSample": now} for j in range(i + 1, 6)}
         gone.observe(before, after, now, 60.0)
         before = after
-    assert [g.node for g in gone.listed(T0 + 5)] == ["n5", "n4", "n3"]
+    assert [g.node for g in gone.listed(T0 + 5)[0]] == ["n5", "n4", "n3"]
 
 
 @pytest.mark.parametrize("last", [None, T0])
 def test_gone_entry_json(last: float | None) -> None:
     gone = GoneNodes(60.0)
     gone.observe({"x": {} if last is None else {"lastSample": last}}, {}, T0 + 5, 900.0)
-    (entry,) = gone.listed(T0 + 5)
+    (entry,), _ = gone.listed(T0 + 5)
     assert entry.as_json() == {
         "node": "x",
         "lastSample": last,
