@@ -185,6 +185,9 @@ class FetchResult:
     ``batches``: more raw samples like ``series``, many series per batch (bulk parsers).
     ``pushed``: how many of the last ``batches`` are pushed samples, answered 204 already:
     no cap of the cycle may refuse them, and each one's fate is counted.
+    ``members``: the cluster's node list where the backend has one (Prometheus's
+    ``kube_node_info``): a node outside it is not served, whatever samples it has; None:
+    no list, every node with samples is served.
     """
 
     series: list[Series] = field(default_factory=list)
@@ -196,6 +199,7 @@ class FetchResult:
     notes: list[str] = field(default_factory=list)
     names: dict[Resource, str] = field(default_factory=dict)
     pushed: int = 0
+    members: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from loadwatcher.engine.transitions import TransitionLog
 from loadwatcher.errors import ProviderError
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import Columns, Resource, Summary
-from loadwatcher.pipeline import analysis, health, snapshot
+from loadwatcher.pipeline import analysis, health, members, snapshot
 from loadwatcher.pipeline.analysis import Quality
 from loadwatcher.pipeline.snapshot import Snapshot
 from loadwatcher.pipeline.store import AddResult, SampleStore
@@ -69,6 +69,8 @@ class Engine:
         self.current: Published | None = None
         self.node_info: dict[str, dict[str, str]] = {}
         self.known_nodes: frozenset[str] = frozenset()
+        # The backend's node list (``FetchResult.members``): None while it gives none.
+        self.members: frozenset[str] | None = None
         self.report = analysis.Report({})
         # The last poll's clock skew: how far ahead its samples were, and whose they were.
         self.clock_skew: clocks.Skew | None = None
@@ -186,6 +188,7 @@ class Engine:
             self.node_info = {n: info for n, info in self.node_info.items() if n in held}
         if result.known_nodes:
             self.known_nodes = result.known_nodes
+        self.members = result.members
         await self.publish(added.added, now)
         self._idle_work = asyncio.ensure_future(self._do_idle_work())
         self.metrics.poll_duration.observe(time.perf_counter() - started)
@@ -237,14 +240,23 @@ class Engine:
             watch.agreed()
             self.clock_step = None
 
-    def analyse(self, now: float) -> analysis.Report:
+    def view(self) -> members.View:
+        """The store's series of the nodes the backend lists (all without a list)."""
+        store = self.store
+        return members.listed_only(
+            list(store.keys), store.columns, store.newest_by_series(), self.members
+        )
+
+    def analyse(self, now: float, view: members.View | None = None) -> analysis.Report:
+        view = view or self.view()
+        known = self.known_nodes if self.members is None else self.known_nodes & self.members
         return analysis.analyse(
-            list(self.store.keys),
-            self.store.columns,
-            self.store.newest_by_series(),
+            view.keys,
+            view.columns,
+            view.newest,
             now,
             self.options.thresholds,
-            self.known_nodes,
+            known,
             self._disagreeing(now),
             untrusted=self.clock_skew[1] if self.clock_skew else (),
         )
@@ -265,13 +277,14 @@ class Engine:
     ) -> tuple[Snapshot, bytes | None]:
         """The snapshot at ``now``, and its journal form when there is a journal;
         ``forgotten`` nodes (an operator's forget) are not listed as gone for leaving it."""
-        before, self.report = self.report.tags, gone.served(self.analyse(now), now)
-        self.gone.observe(before, self.report.tags, now, self.options.retention_s)
+        view = self.view()
+        before, self.report = self.report.tags, gone.served(self.analyse(now, view), now)
+        self.gone.observe(before, self.report.tags, now, self.options.retention_s, view.left)
         for node in forgotten:
             self.gone.forget(node)
         snap = snapshot.build(
-            self.store.columns,
-            list(self.store.keys),
+            view.columns,
+            view.keys,
             now,
             self.provider.source,
             self.metric_names,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +66,9 @@ class GoneNode:
         }
 
 
+DELISTED = "no longer in the cluster's node list (kube_node_info): it left /watcher at once"
+
+
 def reason(retention_s: float) -> str:
     return (
         f"no sample for {min(retention_s, _LONGEST.seconds):g} s: it left /watcher; "
@@ -92,10 +95,12 @@ class GoneNodes:
         after: Mapping[str, Any],
         now: float,
         retention_s: float,
+        delisted: Collection[str] = (),
     ) -> None:
         """A new snapshot's node tags (``after``) replace ``before``: the nodes of
-        ``before`` missing from ``after`` are gone from ``now``; a gone node in ``after``
-        is back; those gone longer than ``visible_s`` are dropped."""
+        ``before`` missing from ``after`` are gone from ``now`` (``delisted`` ones because
+        the backend's node list no longer names them); a gone node in ``after`` is back;
+        those gone longer than ``visible_s`` are dropped."""
         kept = {
             node: g
             for node, g in self._gone.items()
@@ -106,7 +111,10 @@ class GoneNodes:
             for node, tags in before.items():
                 if node not in after:
                     last = tags.get("lastSample")
-                    kept[node] = GoneNode(node, float(last) if last is not None else None, now, why)
+                    said = DELISTED if node in delisted else why
+                    kept[node] = GoneNode(
+                        node, float(last) if last is not None else None, now, said
+                    )
         if len(kept) > self.limit:
             newest = sorted(kept.values(), key=lambda g: g.left_at, reverse=True)
             kept = {g.node: g for g in newest[: self.limit]}

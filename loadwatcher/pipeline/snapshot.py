@@ -13,7 +13,7 @@ import orjson
 from isal import igzip
 
 from loadwatcher.model import WINDOWS, Columns, Operator, Resource, Window
-from loadwatcher.pipeline import rollups
+from loadwatcher.pipeline import members, rollups
 from loadwatcher.pipeline.rollups import WindowStats
 
 WITHOUT_WINDOWS_FORMAT = 3
@@ -95,8 +95,18 @@ class SnapshotWithoutWindows:
     node_info: dict[str, dict[str, str]]
 
     def build(self, cols: Columns, keys: list[tuple[str, Resource]]) -> Snapshot:
+        # Only the tagged nodes: every node served had tags, and a node the backend's node
+        # list had left out (``members``) had none, though its samples are in the journal.
+        newest = np.full(len(keys), -np.inf)
+        view = members.listed_only(keys, cols, newest, frozenset(self.tags))
         return build(
-            cols, keys, self.taken_at, self.source, self.metric_names, self.tags, self.node_info
+            view.columns,
+            view.keys,
+            self.taken_at,
+            self.source,
+            self.metric_names,
+            self.tags,
+            self.node_info,
         )
 
 

@@ -49,7 +49,7 @@ def capacity_queries(node_label: str) -> dict[str, str]:
     }
 
 
-def _vector(body: bytes, query: str) -> list[tuple[Mapping[str, Any], float]]:
+def vector_items(body: bytes, query: str) -> list[tuple[Mapping[str, Any], float]]:
     """The (labels, value) items of a vector answer; ProviderError for anything else."""
     try:
         doc = orjson.loads(body)
@@ -131,7 +131,7 @@ class CapacityCache:
             if isinstance(body, BaseException):
                 raise body
             try:
-                answers[name] = _vector(body, query)
+                answers[name] = vector_items(body, query)
             except ProviderError as exc:
                 failed.append(f"{query!r}: {exc}")
         found = capacity_info(answers, self.node_label, self.strip_port)

@@ -34,6 +34,7 @@ from loadwatcher.providers.http import HttpBackend, HttpSettings, RawAnswer
 from loadwatcher.providers.prometheus import rules
 from loadwatcher.providers.prometheus.answer import ParseMemo, Vector, parse_answer, parse_vector
 from loadwatcher.providers.prometheus.capacity import CapacityCache
+from loadwatcher.providers.prometheus.nodelist import NodeList
 
 DEFAULT_QUERIES = {
     Resource.CPU: "instance:node_cpu:ratio",
@@ -123,6 +124,7 @@ class PrometheusProvider:
         self._parsing = asyncio.Lock()
         self._explained: dict[str, tuple[float, rules.Why]] = {}
         self._capacity = CapacityCache(options.node_label, options.strip_port)
+        self._nodes = NodeList(options.node_label, options.strip_port)
 
     def _seconds(self, now: float, since: float | None) -> int:
         o = self.options
@@ -326,11 +328,10 @@ class PrometheusProvider:
     async def fetch(self, now: float, since: float | None) -> FetchResult:
         seconds = self._seconds(now, since)
         spans = [(seconds, now)] if since is not None else slices(now, seconds)
-        sizing = (
-            asyncio.ensure_future(self._capacity.refresh(now, self._ask_at(now)))
-            if self._capacity.due(now)
-            else None
-        )
+        ask = self._ask_at(now)
+        side = [asyncio.ensure_future(self._nodes.refresh(ask))]
+        if self._capacity.due(now):
+            side.append(asyncio.ensure_future(self._capacity.refresh(now, ask)))
         try:
             outcomes = await asyncio.gather(
                 *(self._fetch_one(q, spans, now) for q in self.options.queries),
@@ -339,18 +340,23 @@ class PrometheusProvider:
             result = collect(
                 [o if isinstance(o, BaseException) else (o.batches, o.reason) for o in outcomes]
             )
-            if sizing is not None:
-                await sizing
+            await asyncio.gather(*side)
         finally:
-            if sizing is not None and not sizing.done():
-                sizing.cancel()
-                await asyncio.gather(sizing, return_exceptions=True)
+            if not all(task.done() for task in side):
+                for task in side:
+                    task.cancel()
+                await asyncio.gather(*side, return_exceptions=True)
         done = [(q, o) for q, o in zip(self.options.queries, outcomes, strict=True)]
         notes = [o.note for _, o in done if isinstance(o, _Outcome) and o.note]
         if self._capacity.note and result.known_nodes:  # no node: no size to miss
             notes.append(self._capacity.note)
+        members, note = self._nodes.members(result.known_nodes)
+        if note:
+            notes.append(note)
         return dataclasses.replace(
             result,
+            known_nodes=result.known_nodes | (members or frozenset()),
+            members=members,
             notes=notes,
             names={q.resource: o.name for q, o in done if isinstance(o, _Outcome) and o.name},
             node_info={node: dict(facts) for node, facts in self._capacity.info.items()},
