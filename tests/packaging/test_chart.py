@@ -10,6 +10,7 @@ own ``loadwatcher config check`` with the files it names where the pod mounts th
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -348,6 +349,24 @@ def test_extra_labels_annotations_and_placement(rendered) -> None:
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     shipped = (helm.ROOT / "dashboards" / "loadwatcher.json").read_text(encoding="utf-8")
     assert yaml.safe_load(dashboard["data"]["loadwatcher.json"]) == yaml.safe_load(shipped)
+
+
+def test_tokens_that_look_like_yaml_stay_tokens() -> None:
+    """Each token is one line of the file, byte for byte, whatever YAML would make of it."""
+    odd = ["#not-a-comment", "a:b", "---", "'quoted'", "*alias", "{x}", "|", "-1", "null"]
+    objs = helm.template({"auth": {"readerTokens": {"tokens": odd}}})
+    (readers,) = find(objs, "Secret")
+    assert readers["stringData"]["tokens"].splitlines() == odd
+
+
+def test_names_stay_distinct_and_valid_at_the_longest_release_name() -> None:
+    longest = "a" * 63
+    objs = helm.template({"fullnameOverride": longest, "scheduler": {"enabled": True}})
+    names = [(o["kind"], o["metadata"]["name"]) for o in objs]
+    assert len(names) == len(set(names)), names
+    for kind, name in names:
+        limit = 63 if kind in ("Service", "Deployment") else 253
+        assert len(name) <= limit and re.fullmatch(r"[a-z0-9]([-a-z0-9.:]*[a-z0-9])?", name)
 
 
 def test_created_token_secrets_hold_one_token_per_line(rendered) -> None:

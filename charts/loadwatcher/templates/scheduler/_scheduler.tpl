@@ -1,7 +1,9 @@
 {{/* The second scheduler: names and its KubeSchedulerConfiguration. */}}
 
+{{/* The service's name shortened first: cut after the suffix, a 63-character fullname
+would name the scheduler's objects as the service's. */}}
 {{- define "loadwatcher.scheduler.fullname" -}}
-{{- printf "%s-scheduler" (include "loadwatcher.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-scheduler" (include "loadwatcher.fullname" . | trunc 53 | trimSuffix "-") -}}
 {{- end -}}
 
 {{/* Its own name label: the service's selector (name and instance) must not pick the
