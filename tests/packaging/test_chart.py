@@ -116,13 +116,7 @@ def rendered() -> dict[str, list[dict[str, Any]]]:
     return {name: helm.template(values) for name, values in COMBINATIONS.items()}
 
 
-def deployment(objs: list[dict[str, Any]]) -> dict[str, Any]:
-    (found,) = [
-        o
-        for o in find(objs, "Deployment")
-        if o["metadata"]["labels"].get("app.kubernetes.io/component") == "load-watcher"
-    ]
-    return found
+deployment = helm.service_deployment
 
 
 def container(objs: list[dict[str, Any]]) -> dict[str, Any]:

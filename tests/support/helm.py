@@ -98,3 +98,14 @@ def template_error(values: Mapping[str, Any], *, args: Sequence[str] = ()) -> st
 def lint(values: Mapping[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
     extra = ["-f", _values_file(values)] if values else []
     return run("lint", "--strict", str(CHART), "--namespace", NAMESPACE, *extra)
+
+
+def service_deployment(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The service's Deployment among the rendered objects (not the scheduler's)."""
+    (found,) = [
+        o
+        for o in objs
+        if o["kind"] == "Deployment"
+        and o["metadata"]["labels"].get("app.kubernetes.io/component") == "load-watcher"
+    ]
+    return found
