@@ -57,8 +57,10 @@ def config_schema() -> dict[str, Any]:
             "additionalProperties": False,
             "properties": keys,
         }
-    # The chart acts on the provider's name (RBAC, push): its canonical spelling only.
+    # The chart acts on these: the provider's name (RBAC, push), in its canonical spelling
+    # only, and the port (the container's, the Service's, the scheduler's watcherAddress).
     sections["provider"]["properties"]["name"]["enum"] = sorted(catalogue.providers)
+    sections["server"]["properties"]["port"].update(type="integer", minimum=1, maximum=65535)
     return {
         "description": "the service's YAML configuration (loadwatcher config table); "
         "secrets come from providerToken, auth and push, never from here",

@@ -49,6 +49,10 @@ SCHEMA_REFUSALS: dict[str, tuple[dict[str, Any], list[str]]] = {
         {"auth": {"readerTokens": {"tokens": ["two words"]}}},
         ["auth.readerTokens.tokens.0", "Does not match pattern"],
     ),
+    "port as a word": (
+        {"config": {"server": {"port": "http"}}},
+        ["config.server.port", "Expected: integer, given: string"],
+    ),
     "misspelt top-level key": ({"replicas": 3}, ["Additional property replicas is not allowed"]),
     "scrape interval in words": (
         {"metrics": {"serviceMonitor": {"interval": "30 seconds"}}},
@@ -109,6 +113,10 @@ TEMPLATE_REFUSALS: dict[str, tuple[dict[str, Any], str]] = {
         {"config": {"journal": {"path": "/data/lw.db"}}},
         "config.journal.path: /data/lw.db is not on the journal volume",
     ),
+    "listening on loopback only": (
+        {"config": {"server": {"host": "127.0.0.1"}}},
+        "config.server.host: 127.0.0.1 would not answer the Service",
+    ),
     "no service account to use": (
         {"serviceAccount": {"create": False}},
         "serviceAccount.name",
@@ -145,7 +153,9 @@ def test_the_guards_let_sound_settings_through() -> None:
     assert one(objs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
     objs = helm.template({**PUSH, **WRITERS, "replicaCount": 1, "journal": {"sizeLimit": "1Gi"}})
     assert one(objs, "Deployment")["spec"]["replicas"] == 1
-    objs = helm.template({"config": {"journal": {"path": "/var/lib/loadwatcher/other.db"}}})
+    objs = helm.template(
+        {"config": {"journal": {"path": "/var/lib/loadwatcher/other.db"}, "server": {"host": "::"}}}
+    )
     (cm,) = [o for o in objs if o["kind"] == "ConfigMap"]
     assert yaml.safe_load(cm["data"]["config.yaml"])["journal"]["path"].endswith("/other.db")
 

@@ -119,6 +119,9 @@ true
 {{- fail (printf "config.server.%s: set by the chart; use auth.readerTokens or tls.secretName" $key) -}}
 {{- end -}}
 {{- end -}}
+{{- if and $server.host (not (has $server.host (list "0.0.0.0" "::"))) -}}
+{{- fail (printf "config.server.host: %s would not answer the Service, the probes or the scheduler; leave it unset (0.0.0.0)" $server.host) -}}
+{{- end -}}
 {{- if hasKey (.Values.config.push | default dict) "token_file" -}}
 {{- fail "config.push.token_file: set by the chart; use push.writerTokens" -}}
 {{- end -}}
