@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import fuzzing  # noqa: F401  (the fast loop's hypothesis profile, before any test module)
 import pytest
 from backends import (
     InfluxDBFactory,

@@ -10,6 +10,7 @@ import cramjam
 import pytest
 import schemathesis
 from faults import Service
+from fuzzing import examples
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from schemathesis.checks import negative_data_rejection, positive_data_acceptance
@@ -39,7 +40,7 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 
 
 @schema.parametrize()
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
 def test_api_conforms(case) -> None:
     response = case.call()
     assert response.status_code < 500, response.text
@@ -131,7 +132,7 @@ schemathesis.openapi.media_type(
 
 
 @pushed.include(path_regex="write$").parametrize()
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
 def test_push_endpoints_conform(case) -> None:
     """Random bodies, parameters and headers on the push endpoints: never a 5xx, every
     answer one the document describes. Whether bytes are a valid payload is beyond a JSON

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 import numpy as np
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -120,7 +121,7 @@ thresholds = st.builds(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(nodes, thresholds, st.integers(0, 3))
 def test_analyse_matches_the_per_series_reference(spec, th: Thresholds, ghosts: int) -> None:
     store = SampleStore()

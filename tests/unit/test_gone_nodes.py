@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -277,7 +278,7 @@ async def test_forget_before_the_first_snapshot_drops_the_samples_only() -> None
     assert e.current is None
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     st.lists(st.tuples(st.sampled_from("abcdefgh"), st.sampled_from(list(NAMES))), max_size=30),
     st.sets(st.sampled_from("abcdefgh")),

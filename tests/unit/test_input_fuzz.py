@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from fuzzing import examples
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -37,7 +38,7 @@ from loadwatcher.providers.influxdb import flux, influxql
 from loadwatcher.providers.influxdb.telegraf import FieldQuery, to_series
 from loadwatcher.providers.kube import client, metrics_server
 
-FUZZ = settings(max_examples=200, deadline=None)
+FUZZ = settings(max_examples=examples(200), deadline=None)
 
 scalars = st.one_of(
     st.none(),
@@ -293,7 +294,9 @@ def annotated_csv(draw: st.DrawFn) -> bytes:
 
 @pytest.mark.filterwarnings("ignore:The response contains columns with duplicated names")
 @settings(
-    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(80),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(body=annotated_csv())
 def test_flux_annotated_csv_through_the_real_client(csv_server: _CsvServer, body: bytes) -> None:

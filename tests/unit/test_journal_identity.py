@@ -12,6 +12,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_journal_format import (  # type: ignore[import-not-found]
@@ -155,7 +156,7 @@ def test_any_bytes_that_are_not_an_sqlite_header_are_foreign_or_empty(data: byte
     assert kind in ("a text file", "a binary file")
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(data=st.binary(min_size=1, max_size=300), sqlite_magic=st.booleans())
 def test_any_file_that_is_not_ours_is_refused_byte_for_byte(
     tmp_path_factory: pytest.TempPathFactory, data: bytes, sqlite_magic: bool

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +27,7 @@ values = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(values, min_size=1, max_size=30))
 def test_a_journal_sample_passes_exactly_when_the_store_would_take_it_fresh(
     vals: list[float],
@@ -57,7 +58,7 @@ def _rows(n_rows: int) -> list[tuple[bytes, bytes, bytes, int]]:
     return rows
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.integers(0, 3),  # the row
     st.integers(0, 2),  # the column

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from fuzzing import examples
 from gofloat import go_f as go_format
 from gofloat import prom_format
 from hypothesis import example, given, settings
@@ -150,7 +151,7 @@ documents = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(documents, st.booleans())
 def test_any_document_reads_the_same_both_ways_and_rollups_stay_in_range(
     doc: Any, indent: bool
@@ -265,7 +266,7 @@ def answers(draw: st.DrawFn) -> bytes:
     ).encode()
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(answers())
 @example(b'{"status":"success","data":{"resultType":"matrix","result":[]}}')
 @example(
@@ -298,7 +299,7 @@ def answer(values: list[list[str]], times: list[list[str]] | None = None) -> byt
     ).encode()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(st.lists(floats, min_size=1, max_size=8), min_size=1, max_size=6),
     st.sampled_from([go_format, prom_format, finite_repr]),
@@ -315,7 +316,7 @@ def test_sample_values_are_bit_identical_to_float(rows: list[list[float]], fmt: 
     assert_same(got, reference(body))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.integers(-(10**13), 4 * 10**12), min_size=1, max_size=20))
 def test_timestamps_are_bit_identical_to_json_numbers(ms: list[int]) -> None:
     times = [prom_time(m) for m in ms]
@@ -362,7 +363,7 @@ def test_decimal_powers_of_ten_are_exact() -> None:
     assert decimals._POW10.tolist() == [float(10**k) for k in range(23)]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.integers(0, 10**18 - 1), st.integers(0, 40))
 def test_decimals_agree_with_float(mantissa: int, frac: int) -> None:
     out, exact = decimals.to_float(np.array([mantissa]), np.array([frac]))

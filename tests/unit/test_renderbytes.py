@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -164,7 +165,7 @@ def test_a_snapshot_of_many_nodes_with_tag_detail() -> None:
     assert_same_bytes(snap)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     st.lists(
         st.tuples(

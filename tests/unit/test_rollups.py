@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -42,7 +43,7 @@ series_strategy = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(series_strategy, st.sampled_from(WINDOWS), st.integers(0, 2100))
 def test_every_operator_matches_numpy(raw, window: Window, end: int) -> None:
     store = SampleStore()
@@ -112,7 +113,7 @@ def test_window_bounds_are_whole_seconds() -> None:
     assert rollups.window_bounds(1000.9, W15) == (100, 1000)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(series_strategy, st.integers(0, 2100))
 def test_all_windows_at_once_equal_each_window_alone(raw, end: int) -> None:
     store = SampleStore()
@@ -141,7 +142,7 @@ batches = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(batches, st.integers(0, 300))
 def test_store_keeps_series_time_order_and_the_newest_value(adds, trim_at: int) -> None:
     """Against a model: per series, every timestamp newer than what was held, last value wins."""
@@ -179,7 +180,7 @@ def test_store_keeps_series_time_order_and_the_newest_value(adds, trim_at: int) 
     assert got == {node: pts for node, pts in expected.items() if pts}
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     st.integers(0, 40),
     st.lists(st.integers(0, 40), min_size=1, max_size=12),

@@ -14,6 +14,7 @@ import statistics
 
 import numpy as np
 import pytest
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -93,7 +94,7 @@ ragged = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(ragged, st.integers(1_000, 1_000_000))
 def test_every_window_matches_the_per_series_reference(specs, end: int) -> None:
     store = SampleStore()
@@ -132,7 +133,7 @@ def test_every_window_matches_the_per_series_reference(specs, end: int) -> None:
             assert same.values[op].tolist() == arr.tolist()
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(ragged, st.integers(1_000, 1_000_000))
 def test_corroboration_means_equal_the_rollups_avg(specs, end: int) -> None:
     store = SampleStore()
@@ -146,7 +147,7 @@ def test_corroboration_means_equal_the_rollups_avg(specs, end: int) -> None:
     assert means == pytest.approx(stats.values[Operator.AVG], rel=1e-13, abs=1e-13)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.integers(1, 5000), min_size=1, max_size=300))
 def test_length_groups_partition_rows_and_at_most_double_memory(counts) -> None:
     count = np.array(counts, np.int64)

@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from fuzzing import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -160,7 +161,9 @@ STEPS = st.lists(
 
 # The autouse fixture only checks the start; each example cleans up after itself.
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(steps=STEPS, drops=st.sets(st.integers(0, 11)), cap=st.integers(1, 6))
 def test_whatever_is_asked_the_count_is_bounded_and_exact(steps, drops, cap) -> None:

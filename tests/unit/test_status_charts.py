@@ -12,6 +12,7 @@ import sys
 import threading
 
 import numpy as np
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -46,7 +47,7 @@ def store_of(fleet: dict[str, list[tuple[int, float]]]) -> SampleStore:
     return store
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(fleets, st.integers(1, 60), st.data())
 def test_buckets_are_the_plain_per_sample_loop(fleet, points, data) -> None:
     store = store_of(fleet)
@@ -113,7 +114,7 @@ def fleet_of(specs: list[tuple[str, float | None]]) -> statusrows.Fleet:
     return statusrows.fleet(snap)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(ranked_fleets, st.sampled_from(statusrows.SORT_KEYS), st.booleans())
 def test_sorts_go_both_ways_with_ties_in_name_order_and_gaps_last(specs, key, reverse) -> None:
     f = fleet_of(specs)

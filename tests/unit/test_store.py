@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,7 +37,7 @@ rounds = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(rounds)
 def test_add_with_keep_from_equals_add_then_trim(
     plan: list[tuple[dict[int, list[int]], int]],
@@ -125,7 +126,7 @@ cold_slices = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(cold_slices, st.integers(0, 200))
 def test_slices_added_in_turn_equal_one_add_of_them_all(slices, keep_from) -> None:
     def batches() -> list[SeriesBatch]:

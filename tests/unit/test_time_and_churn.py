@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -57,7 +58,7 @@ _rounds = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(_rounds)
 def test_the_store_takes_exactly_the_samples_not_ahead_of_the_clock_and_newer_than_held(
     rounds: list[tuple[int, dict[int, list[tuple[float, float]]]]],

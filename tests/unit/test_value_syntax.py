@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fuzzing import examples
 from gofloat import go_e, go_f
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -59,7 +60,7 @@ texts = st.one_of(
 )
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=examples(2000), deadline=None)
 @given(texts)
 @example("0.1_0")
 @example("0x10")
@@ -85,14 +86,14 @@ def test_exactly_the_syntax_is_accepted(text: str) -> None:
     assert same(prometheus_values(["0.5", text, "x"])[1], got)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.text(alphabet="0123456789_.eE+-xXinfaINF ", min_size=1, max_size=8))
 def test_what_float_takes_but_prometheus_never_writes_is_refused(text: str) -> None:
     if float_reads(text) and not in_syntax(text):
         assert same(prometheus_value(text), UNPARSABLE)
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([go_f, go_e]))
 @example(1e21, go_f)
 @example(1e21, go_e)

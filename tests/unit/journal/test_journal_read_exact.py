@@ -16,6 +16,7 @@ import random
 from pathlib import Path
 
 import numpy as np
+from fuzzing import examples
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -47,7 +48,7 @@ def _restored(cols: Columns) -> Written:
     return {(s, t): v for (s, t), v in zip(pairs, cols.val.tolist(), strict=True)}
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.lists(st.lists(sample, min_size=1, max_size=12), min_size=1, max_size=8), st.randoms())
 def test_the_read_gives_back_what_was_written_whatever_the_row_order(
     cycles: list[list[tuple[int, float, float]]], rnd: random.Random
@@ -94,7 +95,7 @@ step = st.one_of(
 
 
 @settings(
-    max_examples=60,
+    max_examples=examples(60),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +32,7 @@ node = st.tuples(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.dictionaries(st.sampled_from([f"n{i}" for i in range(6)]), node, min_size=1))
 def test_no_node_is_served_fresher_than_its_newest_sample(nodes: dict[str, Any]) -> None:
     store = SampleStore()

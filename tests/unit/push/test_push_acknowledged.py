@@ -14,6 +14,7 @@ from typing import Any
 
 import cramjam
 import numpy as np
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from service import settings as service_settings
@@ -211,7 +212,7 @@ VALUES = st.sampled_from([12.5, 50.0, 120.0, -1.0, float("nan")])
 PUSH = st.lists(st.tuples(st.sampled_from(["n1", "n2", "n3"]), OFFSETS, VALUES), max_size=8)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(st.lists(PUSH, max_size=3), st.floats(1.0, 40.0)), max_size=5))
 def test_accepted_is_ingested_plus_dropped_in_any_order(
     rounds: list[tuple[list[list[tuple[str, float, float]]], float]],

@@ -6,6 +6,7 @@ tracker by count (least recently seen forgotten first), the raw-series state by 
 from __future__ import annotations
 
 import cramjam
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -68,7 +69,7 @@ def test_new_node_names_each_push_keep_the_index_and_the_names_bounded() -> None
         assert len(receiver._node_names) <= 4_000
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.integers(0, 5_000), min_size=1, max_size=400), st.integers(1, 50))
 def test_the_ha_tracker_keeps_at_most_max_clusters_and_forgets_the_least_recent(
     clusters: list[int], limit: int

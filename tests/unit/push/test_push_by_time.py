@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_push_http import T, node, start  # type: ignore[import-not-found]
@@ -65,7 +66,7 @@ ADDS = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(ADDS)
 def test_pushed_samples_are_kept_by_time_in_any_order(
     adds: list[list[tuple[str, int, int]]],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -65,7 +66,7 @@ pushes = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(pushes)
 def test_one_replica_per_cluster_at_a_time(steps: list[tuple[str, str, float]]) -> None:
     """Replaying pushes in time order: a replica is accepted exactly when it is the elected

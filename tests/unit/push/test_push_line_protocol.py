@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -75,7 +76,7 @@ values: st.SearchStrategy[FieldValue] = st.one_of(
 )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(
     measurements,
     st.lists(st.tuples(nasty, nasty), max_size=4, unique_by=lambda kv: kv[0]),
@@ -102,7 +103,7 @@ def test_points_round_trip(
 tricky = st.binary(max_size=40).map(lambda b: bytes(b"ab,= 1.ie-\t"[x % 11] for x in b))
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(tricky)
 def test_the_fast_path_and_the_tokenizer_agree(line: bytes) -> None:
     def outcome(split: object) -> object:
@@ -114,7 +115,7 @@ def test_the_fast_path_and_the_tokenizer_agree(line: bytes) -> None:
     assert outcome(lp._split_plain) == outcome(lp._split_escaped)
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(tricky, st.lists(st.sampled_from([b"a", b"b", b"ab", b"1", b"i", b"e"]), max_size=4))
 def test_looking_up_a_plain_line_finds_what_the_tokenizer_finds(
     line: bytes, names: list[bytes]

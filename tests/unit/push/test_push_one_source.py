@@ -12,6 +12,7 @@ schedule does not allow; the engine, the push provider and the store are the rea
 from __future__ import annotations
 
 import numpy as np
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_push_provider import (  # type: ignore[import-not-found]
@@ -110,7 +111,7 @@ STEPS = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(STEPS)
 def test_no_blend_in_any_order_of_polls_and_pushes(steps: list[tuple[bool, list[int]]]) -> None:
     """Whatever the order, a node pushed within the stale threshold holds no polled sample

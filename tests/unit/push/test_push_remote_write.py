@@ -18,6 +18,7 @@ from pathlib import Path
 import cramjam
 import numpy as np
 import pytest
+from fuzzing import examples
 from google.protobuf import descriptor_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -206,7 +207,7 @@ def rows_of(sel: Selection) -> list[Row]:
 # ------------------------------------------------------------------ properties
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests(), requests())
 def test_select_reads_what_protobuf_reads(first: bytes, second: bytes) -> None:
     index = SeriesIndex(METRICS, LABELS)
@@ -226,7 +227,7 @@ sent_series = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(sent_series)
 def test_round_trip_through_the_generated_classes_and_snappy(
     series: list[tuple[str, dict[str, str], list[tuple[int, float]]]],
@@ -254,7 +255,7 @@ def test_round_trip_through_the_generated_classes_and_snappy(
         assert rows_of(select(decode_write_request(body, len(body) * 64 + 64), index)) == want
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests(), st.data())
 def test_corrupted_requests_are_refused_or_read_as_protobuf_reads_them(
     data: bytes, draw: st.DataObject
@@ -277,7 +278,7 @@ def test_corrupted_requests_are_refused_or_read_as_protobuf_reads_them(
     assert rows_of(select(parse_write_request(body), index)) == expected
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.lists(st.binary(max_size=60), max_size=6))
 def test_series_of_random_bytes_are_refused_or_read_as_protobuf_reads_them(
     series: list[bytes],

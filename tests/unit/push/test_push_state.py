@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -84,7 +85,7 @@ def _pushes(
     return [pushes[k] for k in sorted(pushes)]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(node_counters(), st.data())
 def test_any_split_into_pushes_gives_the_rule_at_each_scrape(
     node: tuple[list[int], dict[tuple[str, str], np.ndarray]], data: st.DataObject
@@ -110,7 +111,7 @@ def test_any_split_into_pushes_gives_the_rule_at_each_scrape(
     same_points(got, expected_cpu(times, counters))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(node_counters(), st.data())
 def test_a_new_node_settles_before_its_points_complete(
     node: tuple[list[int], dict[tuple[str, str], np.ndarray]], data: st.DataObject
@@ -230,7 +231,7 @@ def test_nodes_not_heard_from_are_forgotten() -> None:
     assert len(state) == 1
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(st.tuples(st.floats(1, 1e12), st.floats(0, 1e12)), min_size=1, max_size=8),
     st.data(),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from fuzzing import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scoring_support import cluster, metrics, node
@@ -70,7 +71,9 @@ def clusters(draw: Any) -> list[NodeInput]:
     return [draw(nodes(i)) for i in range(draw(st.integers(1, 5)))]
 
 
-SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @SETTINGS
