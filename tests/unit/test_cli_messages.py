@@ -151,8 +151,9 @@ def test_every_number_says_its_kind_and_echoes_the_value(
     [
         (
             "METRICS_PROVIDER_NAME",
-            "SignalFx",
-            "expected one of host, prometheus, influxdb, metrics-server, push, got 'SignalFx'",
+            "Consul",
+            "expected one of host, prometheus, influxdb, metrics-server, push, datadog, "
+            "signalfx, got 'Consul'",
         ),
         (
             "INSECURE_SKIP_VERIFY",
@@ -210,7 +211,8 @@ def test_a_huge_value_is_cut_short() -> None:
         (
             "qqqqqq: 1",
             "qqqqqq: unknown section; expected one of server, journal, poll, provider, "
-            "prometheus, log, analysis, health, corroborate, influxdb, kube, push",
+            "prometheus, log, analysis, health, corroborate, influxdb, kube, push, datadog, "
+            "signalfx",
         ),
     ],
 )
