@@ -126,6 +126,7 @@ class SignalFxProvider:
         age = None if hosts.read_at is None else self._clock() - hosts.read_at
         if age is None or age >= o.metadata_interval_s or not points.keys() <= hosts.by_id.keys():
             await self._read_hosts(resource, search)
+            hosts = self._hosts[resource]
         series = []
         unknown = 0
         for tsid, found in points.items():
