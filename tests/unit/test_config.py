@@ -131,6 +131,29 @@ def test_cli_bad_config_is_one_line_and_exit_2(tmp_path) -> None:
     assert done.returncode == 2 and "cannot read" in done.stderr
 
 
+def test_config_check_masks_the_datadog_keys(tmp_path) -> None:
+    """The Go peer's Datadog environment: both keys masked, the key file's content unread."""
+    app_key_file = tmp_path / "app-key"
+    app_key_file.write_text("file-app-secret\n")
+    done = run_cli(
+        "config",
+        "check",
+        env={
+            "METRICS_PROVIDER_NAME": "Datadog",
+            "METRICS_PROVIDER_ADDRESS": "datadoghq.eu",
+            "METRICS_PROVIDER_TOKEN": "inline-api-secret",
+            "METRICS_PROVIDER_APP_KEY": "inline-app-secret",
+            "LOADWATCHER_DATADOG_APP_KEY_FILE": str(app_key_file),
+            "DATADOG_CLUSTER_NAME": "prod",
+        },
+    )
+    assert done.returncode == 0, done.stderr
+    assert "secret" not in done.stdout
+    assert "token: '***'" in done.stdout and "app_key: '***'" in done.stdout
+    assert "address: https://api.datadoghq.eu" in done.stdout
+    assert "cluster_name: prod" in done.stdout
+
+
 def test_config_check_masks_the_token(tmp_path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("file-secret\n")

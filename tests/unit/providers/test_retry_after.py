@@ -122,6 +122,29 @@ async def test_only_429_and_503_carry_retry_after(aiohttp_server) -> None:
     assert "Retry-After" not in error.message
 
 
+async def test_429_with_datadogs_x_ratelimit_reset_waits_that_long(aiohttp_server) -> None:
+    """Datadog answers a 429 with X-RateLimit-Reset (seconds until its period resets) and
+    no Retry-After: that is the wait."""
+    headers = {"X-RateLimit-Reset": "42", "X-RateLimit-Remaining": "0"}
+    error, url = await failure(aiohttp_server, 429, **headers)
+    assert error.kind is ProviderErrorKind.RATE_LIMITED
+    assert error.retry_after_s == 42.0
+    assert error.message == f"{url} answered 429 (X-RateLimit-Reset 42 s)"
+
+
+async def test_retry_after_wins_over_x_ratelimit_reset(aiohttp_server) -> None:
+    headers = {"Retry-After": "7", "X-RateLimit-Reset": "42"}
+    error, _ = await failure(aiohttp_server, 429, **headers)
+    assert error.retry_after_s == 7.0
+
+
+@pytest.mark.parametrize("reset", ["soon", "-1", "1.5", "9" * 400])
+async def test_a_garbage_x_ratelimit_reset_is_ignored(aiohttp_server, reset: str) -> None:
+    error, url = await failure(aiohttp_server, 429, **{"X-RateLimit-Reset": reset})
+    assert error.retry_after_s is None
+    assert error.message == f"{url} answered 429"
+
+
 def test_provider_error_defaults_to_no_wait() -> None:
     error = ProviderError(ProviderErrorKind.CONNECT, "cannot connect")
     assert error.retry_after_s is None
