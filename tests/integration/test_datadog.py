@@ -187,6 +187,34 @@ async def test_rotated_key_files_are_read_again(aiohttp_server, tmp_path) -> Non
         await engine.close()
 
 
+async def test_a_key_file_emptied_by_a_rotation_is_a_clear_auth_error(
+    aiohttp_server, tmp_path
+) -> None:
+    fake = FakeDatadog()
+    now = aligned_now()
+    seed(fake, now, np.random.default_rng(4))
+    app_file = tmp_path / "app"
+    app_file.write_text("dd-app-key\n")
+    env = go_environment(
+        await start(aiohttp_server, fake), LOADWATCHER_DATADOG_APP_KEY_FILE=str(app_file)
+    )
+    del env["METRICS_PROVIDER_APP_KEY"]
+    engine = engine_of(env)
+    try:
+        await engine.cycle(now)
+        assert engine.provider_status.ok, engine.provider_status.error
+        sent = len(fake.requests)
+        app_file.write_text("")
+        await engine.cycle(now + STEP_S)
+        body = engine.health(now + STEP_S).body
+        assert body["provider"]["errorKind"] == "auth"
+        assert "Datadog key is empty (datadog.app_key_file)" in body["provider"]["error"]
+        assert len(fake.requests) == sent  # nothing sent without a key
+        assert snapshot(engine).nodes == {"alpha", "beta"}  # the last good snapshot stays
+    finally:
+        await engine.close()
+
+
 async def test_refused_keys_are_an_auth_error_that_shows_no_key(aiohttp_server) -> None:
     fake = FakeDatadog(api_keys={"another"})
     engine = engine_of(

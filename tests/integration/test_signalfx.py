@@ -83,6 +83,9 @@ async def test_the_go_environment_serves_the_raw_points_rollups(aiohttp_server) 
     fake.add("delta.other.example.com", "cpu.utilization", [now], [50.0], cluster="prod")
     # A host the API knows with no point in the range: a missing node, not a silent one.
     fake.add("idle.dev.example.com", "cpu.utilization", [now - 5000], [1.0], cluster="prod")
+    # One whose time series went inactive (a node removed long ago): neither served nor missing.
+    gone = fake.add("gone.dev.example.com", "cpu.utilization", [now - 9000], [1.0], cluster="prod")
+    gone.active = False
     engine = engine_of(go_environment(await start(aiohttp_server, fake)))
     try:
         await engine.cycle(now)
@@ -229,6 +232,25 @@ async def test_one_resource_failing_keeps_the_other(aiohttp_server) -> None:
         await engine.cycle(now)
         snap = snapshot(engine)
         assert snap.nodes == {"alpha"} and len(snap.resources) == 1
+    finally:
+        await engine.close()
+
+
+async def test_metadata_reading_is_bounded_whatever_count_the_api_claims(aiohttp_server) -> None:
+    """An API that claims a billion matches and answers every page in full is read up to
+    the API's own 10,000 (10 pages of 1,000 per resource), and health says so."""
+    fake = FakeSignalFx(count_override=10**9)
+    now = now_s()
+    seed(fake, now, ["alpha.dev.example.com"], np.random.default_rng(10))
+    engine = engine_of(go_environment(await start(aiohttp_server, fake)))
+    try:
+        await engine.cycle(now)
+        pages = fake.calls("/v2/metrictimeseries")
+        assert len(pages) == 20
+        assert max(int(p["offset"]) + int(p["limit"]) for p in pages) == 10_000
+        assert snapshot(engine).nodes == {"alpha"}
+        notices = str(engine.health(now).body)
+        assert "only the first 10,000 are read" in notices
     finally:
         await engine.close()
 

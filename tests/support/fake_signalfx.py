@@ -16,7 +16,9 @@ in the Go load-watcher's SignalFx tests:
   ``offset``; ``offset + limit`` beyond 10,000 is a 400;
 - the query: terms joined by `` AND ``: ``dimension:value`` (``*`` a wildcard) and
   ``sf_metric:"name"``; another syntax is a 400;
-- rate limits: past ``limit`` requests, ``429`` with a ``Retry-After`` header.
+- rate limits: past ``limit`` requests, ``429`` with a ``Retry-After`` header;
+- ``count_override``: a hostile or broken API that claims more matches than it has and
+  answers every page in full (repeating its time series).
 
 Simplified: no analytics, no rollup choice, no other search operators (OR, NOT, ranges).
 """
@@ -39,6 +41,7 @@ class Mts:
     metric: str
     dimensions: dict[str, str]
     points: list[tuple[int, float | None]] = field(default_factory=list)  # (ms, value)
+    active: bool = True  # false: no data for a while (Splunk's "active")
 
 
 @dataclass
@@ -51,6 +54,7 @@ class FakeSignalFx:
     canned: dict[str, list[Callable[[], web.StreamResponse]]] = field(
         default_factory=lambda: {"window": [], "metadata": []}
     )
+    count_override: int | None = None
     _used: int = 0
 
     def app(self) -> web.Application:
@@ -150,9 +154,11 @@ class FakeSignalFx:
         if selected is None:
             return web.json_response({"code": 400, "message": "bad query"}, status=400)
         page = selected[offset : offset + limit]
+        if self.count_override is not None:  # every page full, the same series again
+            page = (selected * limit)[:limit]
         results = [
             {
-                "active": True,
+                "active": m.active,
                 "created": 1614534848000,
                 "creator": None,
                 "dimensions": {**m.dimensions, "sf_metric": None},
@@ -164,5 +170,9 @@ class FakeSignalFx:
             for m in page
         ]
         return web.json_response(
-            {"count": len(selected), "partialCount": False, "results": results}
+            {
+                "count": self.count_override or len(selected),
+                "partialCount": False,
+                "results": results,
+            }
         )

@@ -39,6 +39,7 @@ class Points:
 @dataclass(frozen=True)
 class MetadataPage:
     hosts: dict[str, str]  # MTS id -> its host dimension (empty: it has none)
+    inactive: frozenset[str]  # ids the API marks ``"active": false`` (no recent data)
     count: int  # how many MTS the query matches (a lower bound when partial)
     partial: bool
     size: int  # results on this page, with or without a host
@@ -107,6 +108,7 @@ def parse_metadata(doc: Any) -> MetadataPage:
     if type(count) is not int or count < 0:
         raise _bad(where, f"count {count!r} is not a whole number")
     hosts: dict[str, str] = {}
+    inactive: set[str] = set()
     without = 0
     for item in results:
         if not isinstance(item, dict) or not isinstance(item.get("id"), str):
@@ -114,10 +116,13 @@ def parse_metadata(doc: Any) -> MetadataPage:
         dims = item.get("dimensions")
         if dims is not None and not isinstance(dims, dict):
             raise _bad(where, f"the dimensions of {item['id']!r} are not an object")
+        if item.get("active") is False:
+            inactive.add(item["id"])
         host = (dims or {}).get("host")
         if isinstance(host, str) and host.strip():
             hosts[item["id"]] = host
         else:  # known, so that its points do not make the metadata be read again
             hosts[item["id"]] = ""
             without += 1
-    return MetadataPage(hosts, count, doc.get("partialCount") is True, len(results), without)
+    partial = doc.get("partialCount") is True
+    return MetadataPage(hosts, frozenset(inactive), count, partial, len(results), without)

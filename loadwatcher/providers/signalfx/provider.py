@@ -7,8 +7,9 @@ which host each id is. Beyond the Go provider: the points are asked at the fines
 resolution (1000 ms: the points as sent) and kept, where the Go provider averaged minute
 values; the metadata is paged (``limit``/``offset``, up to the API's 10,000) and kept
 between polls, read again every ``metadata_interval_s`` or as soon as a data answer holds
-an MTS it does not know; the hosts of the metadata are the known nodes, so one that sends
-nothing shows as missing. The token goes in ``X-SF-Token``, read at each request (a
+an MTS it does not know; the hosts of its active MTS (the API marks an MTS inactive once it
+has had no data for a while) are the known nodes, so one that sends nothing shows as
+missing. The token goes in ``X-SF-Token``, read at each request (a
 rotated ``provider.token_file`` is followed). The two resources are fetched concurrently;
 one's failure keeps the other's samples.
 """
@@ -64,6 +65,7 @@ class _Hosts:
     """One resource's MTS ids and their hosts, as last read."""
 
     by_id: dict[str, str] = field(default_factory=dict)
+    active: frozenset[str] = frozenset()  # hosts with an active MTS: the known nodes
     read_at: float | None = None  # monotonic seconds
     notice: str | None = None
 
@@ -101,7 +103,7 @@ class SignalFxProvider:
             self._node(host)
             for r, outcome in zip(resources, outcomes, strict=True)
             if not isinstance(outcome, BaseException)
-            for host in self._hosts[r].by_id.values()
+            for host in self._hosts[r].active
         }
         return dataclasses.replace(result, known_nodes=result.known_nodes | (known - {""}))
 
@@ -153,6 +155,7 @@ class SignalFxProvider:
         all pages are read (a failed read keeps the last)."""
         page_size = min(self.options.page_size, MAX_MTS)
         by_id: dict[str, str] = {}
+        inactive: set[str] = set()
         offset = 0
         count = 0
         partial = False
@@ -162,6 +165,7 @@ class SignalFxProvider:
             doc = await self._http.request_json("GET", METADATA_PATH, params=params, query=search)
             page = answer.parse_metadata(doc)
             by_id.update(page.hosts)
+            inactive |= page.inactive
             count, partial = page.count, page.partial
             offset += page.size
             if page.size < limit or offset >= count:
@@ -172,7 +176,8 @@ class SignalFxProvider:
                 f"more than {offset:,} SignalFx time series match {search}; only the first "
                 f"{offset:,} are read: narrow it with signalfx.cluster_name"
             )
-        self._hosts[resource] = _Hosts(by_id, self._clock(), notice)
+        active = frozenset(h for i, h in by_id.items() if h and i not in inactive)
+        self._hosts[resource] = _Hosts(by_id, active, self._clock(), notice)
 
     async def close(self) -> None:
         await self._http.close()

@@ -85,7 +85,8 @@ def test_any_json_is_a_metadata_page_or_a_provider_error(doc: Any) -> None:
     except ProviderError as exc:
         assert exc.kind is ProviderErrorKind.BAD_RESPONSE
         return
-    assert page.size == len(page.hosts) and page.without_host <= page.size
+    assert len(page.hosts) <= page.size and page.without_host <= page.size
+    assert page.inactive <= page.hosts.keys()
 
 
 values_or_null = st.none() | st.floats(0, 100)
