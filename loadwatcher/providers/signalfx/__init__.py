@@ -73,7 +73,7 @@ SECTION = Section(
             realm,
             "us0",
             "realm whose API (https://api.<realm>.signalfx.com) is read when "
-            "provider.address is empty",
+            "provider.address is empty; us0 is the Go provider's https://api.signalfx.com",
         ),
         Spec(
             "signalfx.cluster_name",
