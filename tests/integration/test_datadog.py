@@ -318,3 +318,27 @@ async def test_long_host_names_with_the_suffix_stripped(aiohttp_server) -> None:
         assert snapshot(engine).nodes == {"ip-10-0-0-1.ec2"}
     finally:
         await engine.close()
+
+
+async def test_ratio_metrics_scaled_to_percent(aiohttp_server) -> None:
+    """``datadog.scale: 100`` for a metric in ratios (OpenTelemetry's utilisation)."""
+    fake = FakeDatadog()
+    now = aligned_now()
+    ts = [now - STEP_S * k for k in range(10)][::-1]
+    for metric in ("system.cpu.utilization", "system.memory.utilization"):
+        fake.add_series("alpha.x", metric, ts, [0.25] * 10, cluster_name="prod")
+    env = go_environment(
+        await start(aiohttp_server, fake),
+        DATADOG_HOST_NAME_SUFFIX=".x",
+        LOADWATCHER_DATADOG_CPU_METRIC="avg:system.cpu.utilization",
+        LOADWATCHER_DATADOG_MEMORY_METRIC="avg:system.memory.utilization",
+        LOADWATCHER_DATADOG_SCALE="100",
+    )
+    engine = engine_of(env)
+    try:
+        await engine.cycle(now)
+        doc = formats.document(snapshot(engine), "5m", Format.DEFAULT)
+        assert served(doc, "alpha", "CPU", "AVG") == pytest.approx(25.0)
+        assert served(doc, "alpha", "Memory", "Latest") == pytest.approx(25.0)
+    finally:
+        await engine.close()

@@ -255,6 +255,28 @@ async def test_metadata_reading_is_bounded_whatever_count_the_api_claims(aiohttp
         await engine.close()
 
 
+async def test_ratio_metrics_scaled_to_percent(aiohttp_server) -> None:
+    fake = FakeSignalFx()
+    now = now_s()
+    for metric in ("cpu.utilization", "memory.utilization"):
+        fake.add(
+            "alpha.dev.example.com",
+            metric,
+            [now - 20, now - 10, now],
+            [0.5, 0.25, 0.75],
+            cluster="prod",
+        )
+    env = go_environment(await start(aiohttp_server, fake), LOADWATCHER_SIGNALFX_SCALE="100")
+    engine = engine_of(env)
+    try:
+        await engine.cycle(now)
+        doc = formats.document(snapshot(engine), "5m", Format.DEFAULT)
+        assert served(doc, "alpha", "CPU", "AVG") == pytest.approx(50.0)
+        assert served(doc, "alpha", "Memory", "Latest") == pytest.approx(75.0)
+    finally:
+        await engine.close()
+
+
 def test_the_realm_chooses_the_api_address() -> None:
     def address(**env: str) -> str:
         provider = registry.build_provider(

@@ -38,6 +38,7 @@ class DatadogSettings:
     short_host_names: bool
     cpu_metric: str
     memory_metric: str
+    scale: float
     point_interval_s: float
 
 
@@ -149,6 +150,12 @@ SECTION = Section(
             "metric of memory utilisation in percent, with its space aggregator",
         ),
         Spec(
+            "datadog.scale",
+            parse.positive_float,
+            1.0,
+            "factor that turns the metrics' values into percent (100 for ratios 0..1)",
+        ),
+        Spec(
             "datadog.point_interval_s",
             parse.positive_seconds,
             15.0,
@@ -184,6 +191,7 @@ def _build(settings: Settings, dd: DatadogSettings) -> Provider:
         cluster_name=dd.cluster_name,
         host_name_suffix=dd.host_name_suffix,
         short_host_names=dd.short_host_names,
+        scale=dd.scale,
         point_interval_s=dd.point_interval_s,
         overlap_s=settings.poll.overlap_s,
         retention_s=settings.journal.retention_s,

@@ -76,9 +76,9 @@ def _host(tags: Any, i: int) -> str | None:
     return None
 
 
-def parse(doc: Any, resources: Sequence[Resource], naming: Naming) -> Answer:
-    """The series of ``doc``: series ``i`` answers query ``query_index``, whose resource is
-    ``resources[query_index]``."""
+def parse(doc: Any, resources: Sequence[Resource], naming: Naming, scale: float = 1.0) -> Answer:
+    """The series of ``doc``, values times ``scale``: series ``i`` answers query
+    ``query_index``, whose resource is ``resources[query_index]``."""
     if not isinstance(doc, dict):
         raise _bad(f"a JSON {type(doc).__name__}, not an object")
     data = doc.get("data")
@@ -120,5 +120,5 @@ def parse(doc: Any, resources: Sequence[Resource], naming: Naming) -> Answer:
             continue
         kept = [j for j, v in enumerate(row) if v is not None]
         values = np.fromiter((json_value(row[j]) for j in kept), np.float64, len(kept))
-        found.append(Series(node, resources[index], ts[kept], values))
+        found.append(Series(node, resources[index], ts[kept], values * scale))
     return Answer(found, skipped)

@@ -35,6 +35,7 @@ class DatadogOptions:
     cluster_name: str = ""
     host_name_suffix: str = ""
     short_host_names: bool = True
+    scale: float = 1.0
     point_interval_s: float = 15.0
     overlap_s: float = 60.0
     retention_s: float = 1020.0
@@ -100,7 +101,8 @@ class DatadogProvider:
                     query=exc.query,
                 ) from exc
             raise
-        read = answer.parse(doc, resources, answer.Naming(o.host_name_suffix, o.short_host_names))
+        naming = answer.Naming(o.host_name_suffix, o.short_host_names)
+        read = answer.parse(doc, resources, naming, o.scale)
         notice = None
         if read.hosts_skipped:
             notice = f"{read.hosts_skipped} Datadog series had no host tag and were left out"

@@ -34,6 +34,7 @@ class SignalFxSettings:
     short_host_names: bool
     cpu_metric: str
     memory_metric: str
+    scale: float
     resolution_ms: int
     page_size: int
     metadata_interval_s: float
@@ -115,6 +116,12 @@ SECTION = Section(
             "metric of memory utilisation in percent",
         ),
         Spec(
+            "signalfx.scale",
+            parse.positive_float,
+            1.0,
+            "factor that turns the metrics' values into percent (100 for ratios 0..1)",
+        ),
+        Spec(
             "signalfx.resolution_ms",
             lambda text: int(parse.one_of(*RESOLUTIONS_MS)(text)),
             1000,
@@ -151,6 +158,7 @@ def _build(settings: Settings, sfx: SignalFxSettings) -> Provider:
         cluster_name=sfx.cluster_name,
         host_name_suffix=sfx.host_name_suffix,
         short_host_names=sfx.short_host_names,
+        scale=sfx.scale,
         resolution_ms=sfx.resolution_ms,
         page_size=sfx.page_size,
         metadata_interval_s=sfx.metadata_interval_s,

@@ -44,6 +44,7 @@ class SignalFxOptions:
     cluster_name: str = ""
     host_name_suffix: str = ""
     short_host_names: bool = True
+    scale: float = 1.0
     resolution_ms: int = 1000
     page_size: int = 1000
     metadata_interval_s: float = 300.0
@@ -136,7 +137,7 @@ class SignalFxProvider:
             if not node:
                 unknown += 1
                 continue
-            series.append(Series(node, resource, found.ts, found.values))
+            series.append(Series(node, resource, found.ts, found.values * o.scale))
         notice = hosts.notice
         if unknown:
             notice = (
