@@ -342,3 +342,39 @@ async def test_ratio_metrics_scaled_to_percent(aiohttp_server) -> None:
         assert served(doc, "alpha", "Memory", "Latest") == pytest.approx(25.0)
     finally:
         await engine.close()
+
+
+async def test_a_restart_restores_the_journal_and_asks_only_for_what_is_new(
+    aiohttp_server, tmp_path
+) -> None:
+    """Datadog's source description matches across a restart (the journal is restored, not
+    moved aside: the rotated-away key is not part of it), and polling resumes."""
+    fake = FakeDatadog(api_keys={"key-a", "key-b"})
+    now = aligned_now()
+    seed(fake, now, np.random.default_rng(12))
+    db = str(tmp_path / "lw.db")
+    url = await start(aiohttp_server, fake)
+    first = engine_of(
+        go_environment(url, METRICS_PROVIDER_TOKEN="key-a", LOADWATCHER_JOURNAL_PATH=db)
+    )
+    await first.recover()
+    await first.cycle(now)
+    saved = formats.document(snapshot(first), "15m", Format.DEFAULT)
+    await first.close()
+    second = engine_of(
+        go_environment(url, METRICS_PROVIDER_TOKEN="key-b", LOADWATCHER_JOURNAL_PATH=db)
+    )
+    try:
+        await second.recover()
+        assert formats.document(snapshot(second), "15m", Format.DEFAULT) == saved
+        await second.cycle(now + STEP_S)
+        assert second.provider_status.ok, second.provider_status.error
+        asked = orjson.loads(fake.requests[-1]["body"])["data"]["attributes"]
+        # The first poll after a restore asks for the whole retention (nodes that joined
+        # while the service was down), as every provider's does; the next only what is new.
+        assert asked["from"] == (now + STEP_S - 1020) * 1000
+        await second.cycle(now + 2 * STEP_S)
+        asked = orjson.loads(fake.requests[-1]["body"])["data"]["attributes"]
+        assert asked["from"] == (now - 60) * 1000
+    finally:
+        await second.close()
