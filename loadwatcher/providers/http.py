@@ -14,13 +14,8 @@ resets).
 from __future__ import annotations
 
 import base64
-import datetime
-import email.utils
-import math
 import os
-import re
 import ssl
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,10 +26,10 @@ import orjson
 from loadwatcher.config.settings import ProviderSettings
 from loadwatcher.config.spec import DEFAULT_MAX_ANSWER_BYTES
 from loadwatcher.errors import ProviderError, ProviderErrorKind
+from loadwatcher.providers import ratelimit
 from loadwatcher.words import plural
 
 MAX_ANSWER_SETTING = "provider.max_answer_bytes"
-_DELTA_SECONDS = re.compile(r"[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -123,15 +118,13 @@ class _Reply:
     status: int
     body: bytes
     retry_after: str | None  # the raw Retry-After header
-    rate_limit_reset: str | None = None  # the raw X-RateLimit-Reset header (seconds)
+    quota: ratelimit.Quota
 
     def wait_s(self) -> tuple[float | None, str]:
         """The wait the backend asked for, and the header that said it."""
-        wait = retry_after_seconds(self.retry_after)
-        if wait is None and self.rate_limit_reset is not None:
-            text = self.rate_limit_reset.strip()
-            if _DELTA_SECONDS.fullmatch(text) and math.isfinite(float(text)):
-                return float(text), "X-RateLimit-Reset"
+        wait = ratelimit.retry_after_seconds(self.retry_after)
+        if wait is None and self.quota.reset_s is not None:
+            return self.quota.reset_s, "X-RateLimit-Reset"
         return wait, "Retry-After"
 
 
@@ -150,6 +143,9 @@ class HttpBackend:
         self._tokens = TokenSource(settings.token, settings.token_file)
         self._auth = auth
         self._session: aiohttp.ClientSession | None = None
+        # The rate-limit headers of the last answer (Datadog's X-RateLimit-*), for callers
+        # that pace themselves by them.
+        self.quota = ratelimit.Quota()
 
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "application/json"}
@@ -228,13 +224,8 @@ class HttpBackend:
                 method, url, params=params, data=data, json=json, headers=headers
             ) as resp:
                 body = await read_bounded(resp, self.settings.max_answer_bytes, url, query)
-                return _Reply(
-                    url,
-                    resp.status,
-                    body,
-                    resp.headers.get("Retry-After"),
-                    resp.headers.get("X-RateLimit-Reset"),
-                )
+                self.quota = ratelimit.quota(resp.headers)
+                return _Reply(url, resp.status, body, resp.headers.get("Retry-After"), self.quota)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise transport_error(exc, url, self.settings, query) from exc
 
@@ -291,25 +282,6 @@ def size_text(count: int) -> str:
     return plural(count, "byte")
 
 
-def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (RFC 9110 §10.2.3): delta-seconds or an
-    HTTP-date (0 when already past); None when absent or unusable."""
-    if value is None:
-        return None
-    text = value.strip()
-    if _DELTA_SECONDS.fullmatch(text):
-        seconds = float(text)  # float: a long run of digits is inf, not an error
-        return seconds if math.isfinite(seconds) else None
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when.tzinfo is None:  # asctime's form has no zone; every HTTP-date is in GMT
-        when = when.replace(tzinfo=datetime.UTC)
-    wait = when.timestamp() - (time.time() if now is None else now)
-    return max(0.0, wait)
-
-
 def transport_error(
     exc: TimeoutError | aiohttp.ClientError, url: str, settings: HttpSettings, query: str | None
 ) -> ProviderError:
@@ -353,7 +325,7 @@ def _decode(reply: _Reply, query: str | None) -> Any:
         wait, header = reply.wait_s()
         raise ProviderError(
             ProviderErrorKind.RATE_LIMITED,
-            f"{url} answered 429{retry_after_text(wait, header)}",
+            f"{url} answered 429{ratelimit.retry_after_text(wait, header)}",
             query=query,
             retry_after_s=wait,
         )
@@ -361,7 +333,8 @@ def _decode(reply: _Reply, query: str | None) -> Any:
         wait, header = reply.wait_s() if status == 503 else (None, "")
         raise ProviderError(
             ProviderErrorKind.SERVER,
-            f"{url} answered {status}: {_message(doc, body)}{retry_after_text(wait, header)}",
+            f"{url} answered {status}: {_message(doc, body)}"
+            + ratelimit.retry_after_text(wait, header),
             query=query,
             retry_after_s=wait,
         )
@@ -370,11 +343,6 @@ def _decode(reply: _Reply, query: str | None) -> Any:
     if doc is None:
         raise _not_json(url, status, query)
     return doc
-
-
-def retry_after_text(wait: float | None, header: str = "Retry-After") -> str:
-    """`` (Retry-After 30 s)`` for a message, or nothing without a usable header."""
-    return "" if wait is None else f" ({header} {math.ceil(wait)} s)"
 
 
 def _not_json(url: str, status: int, query: str | None) -> ProviderError:
