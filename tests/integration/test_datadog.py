@@ -136,13 +136,14 @@ async def test_the_queries_are_the_go_providers_without_its_minute_rollup(aiohtt
 
 
 async def test_a_429_backs_off_as_long_as_x_ratelimit_reset_says(aiohttp_server) -> None:
-    fake = FakeDatadog(limit=1, period_s=120)
+    fake = FakeDatadog(limit=5, period_s=120)
     now = aligned_now()
     seed(fake, now, np.random.default_rng(1))
     engine = engine_of(go_environment(await start(aiohttp_server, fake)))
     try:
         await engine.cycle(now)
         assert engine.provider_status.ok
+        fake.used = fake.limit  # other clients of the organisation used up the period
         await engine.cycle(now + STEP_S)
         body = engine.health(now + STEP_S).body
         assert body["provider"]["errorKind"] == "rate_limited"
@@ -151,6 +152,33 @@ async def test_a_429_backs_off_as_long_as_x_ratelimit_reset_says(aiohttp_server)
         assert until is not None and 100 <= until - (now + STEP_S) <= 120
         assert engine.next_poll_delay(0.0) > 60  # the next poll waits for the reset
         assert snapshot(engine).nodes == {"alpha", "beta"}  # the last good one stays
+    finally:
+        await engine.close()
+
+
+async def test_no_request_is_sent_once_the_period_has_none_left(aiohttp_server) -> None:
+    """The answer that used the period's last request says so (X-RateLimit-Remaining 0):
+    the polls until its reset back off without sending the request Datadog would refuse."""
+    fake = FakeDatadog(limit=2, period_s=120)
+    now = aligned_now()
+    seed(fake, now, np.random.default_rng(13))
+    engine = engine_of(go_environment(await start(aiohttp_server, fake)))
+    try:
+        await engine.cycle(now)
+        await engine.cycle(now + STEP_S)  # the last request of the period: still served
+        assert engine.provider_status.ok, engine.provider_status.error
+        await engine.cycle(now + 2 * STEP_S)
+        assert len(fake.requests) == 2  # none sent: it would have been a 429
+        body = engine.health(now + 2 * STEP_S).body
+        assert body["provider"]["errorKind"] == "rate_limited"
+        assert "X-RateLimit-Remaining 0" in body["provider"]["error"]
+        until = engine.provider_status.backoff_until
+        assert until is not None and 80 <= until - (now + 2 * STEP_S) <= 105
+        assert snapshot(engine).nodes == {"alpha", "beta"}
+        fake.used, fake.limit = 0, 100  # the period reset
+        await engine.cycle(until)
+        assert engine.provider_status.ok, engine.provider_status.error
+        assert len(fake.requests) == 3
     finally:
         await engine.close()
 

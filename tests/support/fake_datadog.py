@@ -64,7 +64,7 @@ class FakeDatadog:
     requests: list[dict[str, Any]] = field(default_factory=list)  # headers and body seen
     # Answers to give instead of the real one, first come first served (fault injection).
     canned: list[Callable[[], web.StreamResponse]] = field(default_factory=list)
-    _used: int = 0
+    used: int = 0  # requests counted in this period (others' too: set it to play them)
     _period_start: float = field(default_factory=time.time)
 
     def app(self) -> web.Application:
@@ -84,7 +84,7 @@ class FakeDatadog:
         return {
             "X-RateLimit-Limit": str(self.limit),
             "X-RateLimit-Period": str(self.period_s),
-            "X-RateLimit-Remaining": str(max(0, self.limit - self._used)),
+            "X-RateLimit-Remaining": str(max(0, self.limit - self.used)),
             "X-RateLimit-Reset": str(reset),
             "X-RateLimit-Name": "metrics_query_timeseries",
         }
@@ -99,8 +99,8 @@ class FakeDatadog:
             return self._error(403, "Forbidden")
         if request.headers.get("DD-APPLICATION-KEY") not in self.app_keys:
             return self._error(403, "Forbidden")
-        self._used += 1
-        if self._used > self.limit:
+        self.used += 1
+        if self.used > self.limit:
             return self._error(429, "Too many requests")
         if self.canned:
             return self.canned.pop(0)()

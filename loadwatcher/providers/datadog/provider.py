@@ -7,7 +7,9 @@ agent reported, so the service computes its own rollups, where the Go provider a
 minute maxima. The API key (``provider.token`` or ``provider.token_file``) and the
 application key go in ``DD-API-KEY`` and ``DD-APPLICATION-KEY``, read again at each request
 so that a rotated key file is followed. A 429 carries Datadog's ``X-RateLimit-Reset`` as the
-wait (``providers.http``): the engine's back-off honours it. The timeseries API is limited
+wait (``providers.http``): the engine's back-off honours it; and an answer that says no
+request is left in the period (``X-RateLimit-Remaining: 0``) makes the polls until its reset
+fail the same way without sending the request that would be refused. The timeseries API is limited
 per organisation (1,600 requests an hour by default, Datadog's documentation says): one
 request per 15 s poll makes 240.
 """
@@ -76,6 +78,7 @@ class DatadogProvider:
         self._api_key = TokenSource(http.token, http.token_file)
         self._app_key = app_key
         self._http = HttpBackend(http, auth=self._auth)
+        self._quiet_until: float | None = None  # no request left in Datadog's period
 
     def _auth(self) -> dict[str, str]:
         api_key, app_key = self._api_key.get(), self._app_key.get()
@@ -89,6 +92,15 @@ class DatadogProvider:
         start = now - o.retention_s if since is None else since - o.overlap_s
         resources = list(o.metrics)
         shown = " and ".join(queries(o).values())
+        if self._quiet_until is not None and now < self._quiet_until:
+            wait = self._quiet_until - now
+            raise ProviderError(
+                ProviderErrorKind.RATE_LIMITED,
+                "Datadog's rate-limit period has no request left (X-RateLimit-Remaining 0): "
+                f"none sent until it resets in {math.ceil(wait)} s",
+                retry_after_s=wait,
+            )
+        self._quiet_until = None
         try:
             doc = await self._http.request_json(
                 "POST", QUERY_PATH, json=request_body(o, start, now), query=shown
@@ -102,6 +114,9 @@ class DatadogProvider:
                 ) from exc
             raise
         naming = answer.Naming(o.host_name_suffix, o.short_host_names)
+        quota = self._http.quota
+        if quota.exhausted and quota.reset_s is not None:  # a request now would be a 429
+            self._quiet_until = now + quota.reset_s
         read = answer.parse(doc, resources, naming, o.scale)
         notice = None
         if read.hosts_skipped:

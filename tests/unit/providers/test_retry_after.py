@@ -12,6 +12,7 @@ from aiohttp import web
 
 from loadwatcher.errors import ProviderError, ProviderErrorKind
 from loadwatcher.providers.http import HttpBackend, HttpSettings
+from loadwatcher.providers import ratelimit
 from loadwatcher.providers.ratelimit import retry_after_seconds
 
 NOW = 1_800_000_000.0
@@ -150,3 +151,19 @@ def test_provider_error_defaults_to_no_wait() -> None:
     error = ProviderError(ProviderErrorKind.CONNECT, "cannot connect")
     assert error.retry_after_s is None
     assert str(error) == "connect: cannot connect"
+
+
+@pytest.mark.parametrize(
+    ("headers", "remaining", "reset", "exhausted"),
+    [
+        ({"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "30"}, 0, 30.0, True),
+        ({"X-RateLimit-Remaining": "12", "X-RateLimit-Reset": "30"}, 12, 30.0, False),
+        ({"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "0"}, 0, 0.0, False),
+        ({"X-RateLimit-Remaining": "0"}, 0, None, False),  # no reset: nothing to wait for
+        ({"X-RateLimit-Remaining": "-1", "X-RateLimit-Reset": "soon"}, None, None, False),
+        ({}, None, None, False),
+    ],
+)
+def test_the_quota_of_an_answer(headers, remaining, reset, exhausted) -> None:
+    q = ratelimit.quota(headers)
+    assert (q.remaining, q.reset_s, q.exhausted) == (remaining, reset, exhausted)
