@@ -11,8 +11,8 @@ import pytest
 from aiohttp import web
 
 from loadwatcher.errors import ProviderError, ProviderErrorKind
-from loadwatcher.providers.http import HttpBackend, HttpSettings
 from loadwatcher.providers import ratelimit
+from loadwatcher.providers.http import HttpBackend, HttpSettings
 from loadwatcher.providers.ratelimit import retry_after_seconds
 
 NOW = 1_800_000_000.0
