@@ -236,7 +236,10 @@ async def test_a_key_file_emptied_by_a_rotation_is_a_clear_auth_error(
         await engine.cycle(now + STEP_S)
         body = engine.health(now + STEP_S).body
         assert body["provider"]["errorKind"] == "auth"
-        assert "Datadog key is empty (datadog.app_key_file)" in body["provider"]["error"]
+        assert (
+            "the Datadog application key is empty (datadog.app_key or datadog.app_key_file)"
+            in body["provider"]["error"]
+        )
         assert len(fake.requests) == sent  # nothing sent without a key
         assert snapshot(engine).nodes == {"alpha", "beta"}  # the last good snapshot stays
     finally:

@@ -82,9 +82,14 @@ class DatadogProvider:
 
     def _auth(self) -> dict[str, str]:
         api_key, app_key = self._api_key.get(), self._app_key.get()
-        for key, where in ((api_key, "provider.token_file"), (app_key, "datadog.app_key_file")):
+        for key, what, where in (
+            (api_key, "API", "provider.token or provider.token_file"),
+            (app_key, "application", "datadog.app_key or datadog.app_key_file"),
+        ):
             if not key:
-                raise ProviderError(ProviderErrorKind.AUTH, f"Datadog key is empty ({where})")
+                raise ProviderError(
+                    ProviderErrorKind.AUTH, f"the Datadog {what} key is empty ({where})"
+                )
         return {"DD-API-KEY": api_key, "DD-APPLICATION-KEY": app_key}
 
     async def fetch(self, now: float, since: float | None) -> FetchResult:

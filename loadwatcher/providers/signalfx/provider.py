@@ -89,7 +89,10 @@ class SignalFxProvider:
     def _auth(self) -> dict[str, str]:
         token = self._token.get()
         if not token:
-            raise ProviderError(ProviderErrorKind.AUTH, "SignalFx token is empty")
+            raise ProviderError(
+                ProviderErrorKind.AUTH,
+                "the SignalFx access token is empty (provider.token or provider.token_file)",
+            )
         return {"X-SF-Token": token}
 
     async def fetch(self, now: float, since: float | None) -> FetchResult:
