@@ -194,7 +194,11 @@ def test_a_huge_value_is_cut_short() -> None:
         ("provder: {address: x}", "provder: unknown section; did you mean provider?"),
         ("Provider: {name: host}", "Provider: unknown section; did you mean provider?"),
         ("port: 2020", "port: unknown section; did you mean server.port?"),
-        ("scale: 1", "scale: unknown section; did you mean prometheus.scale or influxdb.scale?"),
+        (
+            "scale: 1",
+            "scale: unknown section; did you mean prometheus.scale or influxdb.scale or datadog.scale "
+            "or signalfx.scale?",
+        ),
         (
             "provider.address: http://x",
             "provider.address: unknown section; write settings under their section "
