@@ -196,8 +196,8 @@ def test_a_huge_value_is_cut_short() -> None:
         ("port: 2020", "port: unknown section; did you mean server.port?"),
         (
             "scale: 1",
-            "scale: unknown section; did you mean prometheus.scale or influxdb.scale or datadog.scale "
-            "or signalfx.scale?",
+            "scale: unknown section; did you mean prometheus.scale or influxdb.scale or "
+            "datadog.scale or signalfx.scale?",
         ),
         (
             "provider.address: http://x",
