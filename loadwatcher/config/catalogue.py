@@ -31,7 +31,13 @@ class ProviderEntry(Protocol):
     def needs_address(self) -> bool: ...
 
     @property
+    def needs_token(self) -> bool: ...
+
+    @property
     def check(self) -> Callable[[Any], None] | None: ...
+
+    @property
+    def parse_address(self) -> Callable[[str], str] | None: ...
 
 
 class Catalogue:

@@ -156,8 +156,12 @@ def resolve(
             values[spec.key] = spec.default
             continue
         value, origin = raw[spec.key]
+        parse = spec.parse
+        if spec.key == "provider.address":  # after provider.name, in the catalogue's order
+            chosen = cat.providers.get(values.get("provider.name", ""))
+            parse = getattr(chosen, "parse_address", None) or parse
         try:
-            values[spec.key] = spec.parse(_as_text(value))
+            values[spec.key] = parse(_as_text(value))
         except ValueError as exc:
             name = spec.key if origin == spec.key else f"{spec.key} (from {origin})"
             raise ConfigError(name, str(exc)) from None
@@ -184,6 +188,13 @@ def _check(settings: Settings, cat: Catalogue) -> None:
         raise ConfigError(
             "provider.address",
             f"required for provider {provider.name!r} (METRICS_PROVIDER_ADDRESS)",
+        )
+    needs_token = getattr(chosen, "needs_token", False)
+    if needs_token and not provider.token and not provider.token_file:
+        raise ConfigError(
+            "provider.token",
+            f"required for provider {provider.name!r} (METRICS_PROVIDER_TOKEN), "
+            "or provider.token_file",
         )
     if provider.token_file:
         require_file("provider.token_file", provider.token_file)

@@ -182,7 +182,8 @@ def provider_section(names: ProviderNames) -> Section[ProviderSettings]:
                 "provider.address",
                 parse.url,
                 "",
-                "base URL of the backend",
+                "base URL of the backend (datadog also takes a bare site or API host, as the "
+                "Go load-watcher does: datadoghq.eu)",
                 env=("METRICS_PROVIDER_ADDRESS",),
                 flag="address",
             ),
@@ -190,7 +191,7 @@ def provider_section(names: ProviderNames) -> Section[ProviderSettings]:
                 "provider.token",
                 parse.text,
                 "",
-                "bearer token for the backend",
+                "bearer token for the backend (datadog: the API key; signalfx: the access token)",
                 env=("METRICS_PROVIDER_TOKEN",),
                 secret=True,
             ),
@@ -198,7 +199,7 @@ def provider_section(names: ProviderNames) -> Section[ProviderSettings]:
                 "provider.token_file",
                 parse.optional_str,
                 None,
-                "file holding the bearer token; re-read when it changes",
+                "file holding provider.token; re-read when it changes",
             ),
             Spec(
                 "provider.ca_file",

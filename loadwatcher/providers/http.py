@@ -6,20 +6,17 @@ Every aiohttp exception and every unusable answer is translated here into a
 parse bytes themselves, in the body of a successful answer). An answer is read chunk by
 chunk and refused as soon as it exceeds ``provider.max_answer_bytes``: a backend that
 answers a gigabyte must not get a gigabyte into memory. A 429 or 503 carries its
-``Retry-After`` on the error, for the caller to wait that long.
+``Retry-After`` on the error, for the caller to wait that long; without one, the
+``X-RateLimit-Reset`` that Datadog sends instead (seconds until its rate-limit period
+resets).
 """
 
 from __future__ import annotations
 
 import base64
-import datetime
-import email.utils
-import math
 import os
-import re
 import ssl
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,10 +26,10 @@ import orjson
 from loadwatcher.config.settings import ProviderSettings
 from loadwatcher.config.spec import DEFAULT_MAX_ANSWER_BYTES
 from loadwatcher.errors import ProviderError, ProviderErrorKind
+from loadwatcher.providers import ratelimit
 from loadwatcher.words import plural
 
 MAX_ANSWER_SETTING = "provider.max_answer_bytes"
-_DELTA_SECONDS = re.compile(r"[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -121,19 +118,41 @@ class _Reply:
     status: int
     body: bytes
     retry_after: str | None  # the raw Retry-After header
+    quota: ratelimit.Quota
+
+    def wait_s(self) -> tuple[float | None, str]:
+        """The wait the backend asked for, and the header that said it."""
+        wait = ratelimit.retry_after_seconds(self.retry_after)
+        if wait is None and self.quota.reset_s is not None:
+            return self.quota.reset_s, "X-RateLimit-Reset"
+        return wait, "Retry-After"
 
 
 class HttpBackend:
-    """A session to one backend with JSON GET/POST that raise only ProviderError."""
+    """A session to one backend with JSON GET/POST that raise only ProviderError.
 
-    def __init__(self, settings: HttpSettings) -> None:
+    ``auth``, when given, makes the credential headers of each request in place of the
+    ``Authorization`` header of ``settings`` (vendors with their own: ``DD-API-KEY``,
+    ``X-SF-Token``); it is called per request, so keys read from files follow rotations.
+    """
+
+    def __init__(
+        self, settings: HttpSettings, auth: Callable[[], Mapping[str, str]] | None = None
+    ) -> None:
         self.settings = settings
         self._tokens = TokenSource(settings.token, settings.token_file)
+        self._auth = auth
         self._session: aiohttp.ClientSession | None = None
+        # The rate-limit headers of the last answer (Datadog's X-RateLimit-*), for callers
+        # that pace themselves by them.
+        self.quota = ratelimit.Quota()
 
     def _headers(self) -> dict[str, str]:
-        token = self._tokens.get()
         headers = {"Accept": "application/json"}
+        if self._auth is not None:
+            headers.update(self._auth())
+            return headers
+        token = self._tokens.get()
         if self.settings.username:
             pair = f"{self.settings.username}:{token}".encode()
             headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
@@ -159,9 +178,11 @@ class HttpBackend:
         params: Mapping[str, str] | None = None,
         data: Mapping[str, str] | None = None,
         query: str | None = None,
+        json: Any = None,
     ) -> Any:
-        """Send one request and return the decoded JSON body; map every failure."""
-        return _decode(await self._send(method, path, params, data, query), query)
+        """Send one request (``json``: a body sent as JSON) and return the decoded JSON
+        body; map every failure."""
+        return _decode(await self._send(method, path, params, data, query, json=json), query)
 
     async def request_bytes(
         self,
@@ -191,6 +212,7 @@ class HttpBackend:
         data: Mapping[str, str] | None,
         query: str | None,
         compressed: bool = True,
+        json: Any = None,
     ) -> _Reply:
         url = self.settings.address + path
         session = self._open()
@@ -199,10 +221,11 @@ class HttpBackend:
             headers["Accept-Encoding"] = "identity"
         try:
             async with session.request(
-                method, url, params=params, data=data, headers=headers
+                method, url, params=params, data=data, json=json, headers=headers
             ) as resp:
                 body = await read_bounded(resp, self.settings.max_answer_bytes, url, query)
-                return _Reply(url, resp.status, body, resp.headers.get("Retry-After"))
+                self.quota = ratelimit.quota(resp.headers)
+                return _Reply(url, resp.status, body, resp.headers.get("Retry-After"), self.quota)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise transport_error(exc, url, self.settings, query) from exc
 
@@ -259,25 +282,6 @@ def size_text(count: int) -> str:
     return plural(count, "byte")
 
 
-def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (RFC 9110 §10.2.3): delta-seconds or an
-    HTTP-date (0 when already past); None when absent or unusable."""
-    if value is None:
-        return None
-    text = value.strip()
-    if _DELTA_SECONDS.fullmatch(text):
-        seconds = float(text)  # float: a long run of digits is inf, not an error
-        return seconds if math.isfinite(seconds) else None
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when.tzinfo is None:  # asctime's form has no zone; every HTTP-date is in GMT
-        when = when.replace(tzinfo=datetime.UTC)
-    wait = when.timestamp() - (time.time() if now is None else now)
-    return max(0.0, wait)
-
-
 def transport_error(
     exc: TimeoutError | aiohttp.ClientError, url: str, settings: HttpSettings, query: str | None
 ) -> ProviderError:
@@ -318,18 +322,19 @@ def _decode(reply: _Reply, query: str | None) -> Any:
             query=query,
         )
     if status == 429:
-        wait = retry_after_seconds(reply.retry_after)
+        wait, header = reply.wait_s()
         raise ProviderError(
             ProviderErrorKind.RATE_LIMITED,
-            f"{url} answered 429{retry_after_text(wait)}",
+            f"{url} answered 429{ratelimit.retry_after_text(wait, header)}",
             query=query,
             retry_after_s=wait,
         )
     if status >= 500:
-        wait = retry_after_seconds(reply.retry_after) if status == 503 else None
+        wait, header = reply.wait_s() if status == 503 else (None, "")
         raise ProviderError(
             ProviderErrorKind.SERVER,
-            f"{url} answered {status}: {_message(doc, body)}{retry_after_text(wait)}",
+            f"{url} answered {status}: {_message(doc, body)}"
+            + ratelimit.retry_after_text(wait, header),
             query=query,
             retry_after_s=wait,
         )
@@ -338,11 +343,6 @@ def _decode(reply: _Reply, query: str | None) -> Any:
     if doc is None:
         raise _not_json(url, status, query)
     return doc
-
-
-def retry_after_text(wait: float | None) -> str:
-    """`` (Retry-After 30 s)`` for a message, or nothing without a usable header."""
-    return "" if wait is None else f" (Retry-After {math.ceil(wait)} s)"
 
 
 def _not_json(url: str, status: int, query: str | None) -> ProviderError:
@@ -355,7 +355,10 @@ def _not_json(url: str, status: int, query: str | None) -> ProviderError:
 
 def _message(doc: Any, body: bytes) -> str:
     if isinstance(doc, dict):
-        for key in ("error", "message"):
-            if isinstance(doc.get(key), str):
-                return str(doc[key])[:300]
+        for key in ("error", "message", "errors"):
+            found = doc.get(key)
+            if isinstance(found, list):  # Datadog: {"errors": ["...", ...]}
+                found = "; ".join(e for e in found if isinstance(e, str)) or None
+            if isinstance(found, str):
+                return found[:300]
     return body[:200].decode("utf-8", "replace").strip() or "(empty body)"

@@ -44,8 +44,12 @@ class Declaration(Generic[S]):
     aliases: tuple[str, ...] = ()  # other spellings, any case: the Go load-watcher's names
     section: Section[S] | None = None
     needs_address: bool = True  # provider.address is required
+    needs_token: bool = False  # provider.token or provider.token_file is required
     check: Callable[[S], None] | None = None
     rank: int = 100
+    # Parses provider.address in place of an http(s) URL: Datadog's Go provider takes a
+    # bare site host (datadoghq.eu) there.
+    parse_address: Callable[[str], str] | None = None
 
 
 _declared: dict[str, Declaration[Any]] | None = None

@@ -144,6 +144,26 @@ BAD = [
         {"LOADWATCHER_PROVIDER_NAME": "metrics-server", "KUBE_CONFIG": "{missing}"},
         "kube.config: no such file",
     ),
+    (
+        {"METRICS_PROVIDER_NAME": "Datadog", "METRICS_PROVIDER_APP_KEY": "k"},
+        "provider.token: required for provider 'datadog' (METRICS_PROVIDER_TOKEN)",
+    ),
+    (
+        {"METRICS_PROVIDER_NAME": "Datadog", "METRICS_PROVIDER_TOKEN": "k"},
+        "datadog.app_key: required for provider 'datadog' (METRICS_PROVIDER_APP_KEY)",
+    ),
+    (
+        {
+            "METRICS_PROVIDER_NAME": "Datadog",
+            "METRICS_PROVIDER_TOKEN": "k",
+            "LOADWATCHER_DATADOG_APP_KEY_FILE": "{missing}",
+        },
+        "datadog.app_key_file: no such file",
+    ),
+    (
+        {"METRICS_PROVIDER_NAME": "SignalFx"},
+        "provider.token: required for provider 'signalfx' (METRICS_PROVIDER_TOKEN)",
+    ),
     ({"LOADWATCHER_POLL_INTERVAL_S": "soon"}, "poll.interval_s"),
     (
         {

@@ -151,8 +151,9 @@ def test_every_number_says_its_kind_and_echoes_the_value(
     [
         (
             "METRICS_PROVIDER_NAME",
-            "SignalFx",
-            "expected one of host, prometheus, influxdb, metrics-server, push, got 'SignalFx'",
+            "Consul",
+            "expected one of host, prometheus, influxdb, metrics-server, push, datadog, "
+            "signalfx, got 'Consul'",
         ),
         (
             "INSECURE_SKIP_VERIFY",
@@ -193,7 +194,11 @@ def test_a_huge_value_is_cut_short() -> None:
         ("provder: {address: x}", "provder: unknown section; did you mean provider?"),
         ("Provider: {name: host}", "Provider: unknown section; did you mean provider?"),
         ("port: 2020", "port: unknown section; did you mean server.port?"),
-        ("scale: 1", "scale: unknown section; did you mean prometheus.scale or influxdb.scale?"),
+        (
+            "scale: 1",
+            "scale: unknown section; did you mean prometheus.scale or influxdb.scale or "
+            "datadog.scale or signalfx.scale?",
+        ),
         (
             "provider.address: http://x",
             "provider.address: unknown section; write settings under their section "
@@ -210,7 +215,8 @@ def test_a_huge_value_is_cut_short() -> None:
         (
             "qqqqqq: 1",
             "qqqqqq: unknown section; expected one of server, journal, poll, provider, "
-            "prometheus, log, analysis, health, corroborate, influxdb, kube, push",
+            "prometheus, log, analysis, health, corroborate, influxdb, kube, push, datadog, "
+            "signalfx",
         ),
     ],
 )

@@ -63,7 +63,26 @@ def test_our_variable_wins_over_the_go_alias() -> None:
         (None, {"LOADWATCHER_SERVER_PORT": "http"}, "server.port"),
         (None, {"LOADWATCHER_POLL_INTERVAL_S": "-5"}, "poll.interval_s"),
         (None, {"LOADWATCHER_POLL_INTERVAL_S": "nan"}, "poll.interval_s"),
-        (None, {"METRICS_PROVIDER_NAME": "SignalFx"}, "provider.name"),
+        (None, {"METRICS_PROVIDER_NAME": "Consul"}, "provider.name"),
+        (None, {"METRICS_PROVIDER_NAME": "SignalFx"}, "provider.token"),
+        (
+            None,
+            {"METRICS_PROVIDER_NAME": "Datadog", "METRICS_PROVIDER_APP_KEY": "a"},
+            "provider.token",
+        ),
+        (
+            None,
+            {"METRICS_PROVIDER_NAME": "Datadog", "METRICS_PROVIDER_TOKEN": "k"},
+            "datadog.app_key",
+        ),
+        (
+            None,
+            {"METRICS_PROVIDER_NAME": "Datadog", "METRICS_PROVIDER_ADDRESS": "not a host"},
+            "provider.address",
+        ),
+        (None, {"LOADWATCHER_SIGNALFX_REALM": "mars"}, "signalfx.realm"),
+        (None, {"DATADOG_CLUSTER_NAME": "a} OR {b"}, "datadog.cluster_name"),
+        (None, {"SIGNALFX_HOST_NAME_SUFFIX": '.x" OR host:*'}, "signalfx.host_name_suffix"),
         (None, {"METRICS_PROVIDER_NAME": "Prometheus"}, "provider.address"),
         (None, {"INSECURE_SKIP_VERIFY": "maybe"}, "provider.insecure_skip_verify"),
         (None, {"LOADWATCHER_PROVIDER_ADDRESS": "prometheus:9090"}, "provider.address"),
@@ -110,6 +129,29 @@ def test_cli_bad_config_is_one_line_and_exit_2(tmp_path) -> None:
     assert done.returncode == 2 and "not valid YAML" in done.stderr
     done = run_cli("config", "check", "--config", str(tmp_path / "missing.yaml"))
     assert done.returncode == 2 and "cannot read" in done.stderr
+
+
+def test_config_check_masks_the_datadog_keys(tmp_path) -> None:
+    """The Go peer's Datadog environment: both keys masked, the key file's content unread."""
+    app_key_file = tmp_path / "app-key"
+    app_key_file.write_text("file-app-secret\n")
+    done = run_cli(
+        "config",
+        "check",
+        env={
+            "METRICS_PROVIDER_NAME": "Datadog",
+            "METRICS_PROVIDER_ADDRESS": "datadoghq.eu",
+            "METRICS_PROVIDER_TOKEN": "inline-api-secret",
+            "METRICS_PROVIDER_APP_KEY": "inline-app-secret",
+            "LOADWATCHER_DATADOG_APP_KEY_FILE": str(app_key_file),
+            "DATADOG_CLUSTER_NAME": "prod",
+        },
+    )
+    assert done.returncode == 0, done.stderr
+    assert "secret" not in done.stdout
+    assert "token: '***'" in done.stdout and "app_key: '***'" in done.stdout
+    assert "address: https://api.datadoghq.eu" in done.stdout
+    assert "cluster_name: prod" in done.stdout
 
 
 def test_config_check_masks_the_token(tmp_path) -> None:

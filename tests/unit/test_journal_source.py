@@ -164,6 +164,41 @@ def test_the_description_has_no_credentials_and_only_what_is_measured() -> None:
     assert slower == described  # how often or how patiently: the same source
 
 
+def test_the_vendors_descriptions_hold_their_cluster_and_no_key(tmp_path: Path) -> None:
+    """Datadog's application key (inline or its file) and the API key are never in the
+    description; the cluster and the host suffix, which decide the nodes, are."""
+    key_file = tmp_path / "app-key"
+    key_file.write_text("app-from-file\n")
+    for env in (
+        {
+            "METRICS_PROVIDER_NAME": "Datadog",
+            "METRICS_PROVIDER_ADDRESS": "datadoghq.eu",
+            "METRICS_PROVIDER_TOKEN": "api-s3cr",
+            "METRICS_PROVIDER_APP_KEY": "app-s3cr",
+            "LOADWATCHER_DATADOG_APP_KEY_FILE": str(key_file),
+            "DATADOG_CLUSTER_NAME": "prod",
+            "DATADOG_HOST_NAME_SUFFIX": ".dev.example.com",
+        },
+        {
+            "METRICS_PROVIDER_NAME": "SignalFx",
+            "METRICS_PROVIDER_TOKEN": "sfx-s3cr",
+            "SIGNALFX_CLUSTER_NAME": "prod",
+            "SIGNALFX_HOST_NAME_SUFFIX": ".dev.example.com",
+        },
+    ):
+        described = source_of(settings(env))
+        text = json.dumps(described)
+        assert "s3cr" not in text and "app-from-file" not in text and "app-key" not in text
+        assert described["cluster_name"] == "prod"
+        assert described["host_name_suffix"] == ".dev.example.com"
+        other = source_of(settings({**env, env_name(env, "CLUSTER_NAME"): "staging"}))
+        assert other != described  # another cluster: another source
+
+
+def env_name(env: dict[str, str], what: str) -> str:
+    return ("DATADOG_" if env["METRICS_PROVIDER_NAME"] == "Datadog" else "SIGNALFX_") + what
+
+
 def test_pushes_beside_a_poller_are_part_of_its_description() -> None:
     base = {"METRICS_PROVIDER_NAME": "Prometheus", "METRICS_PROVIDER_ADDRESS": "http://p:9090"}
     polled = source_of(settings(base))

@@ -26,6 +26,8 @@ from loadwatcher.model import FetchResult, Resource
 from loadwatcher.providers import registry
 from loadwatcher.providers.base import Provider
 
+BUILTIN = ("host", "prometheus", "influxdb", "metrics-server", "push", "datadog", "signalfx")
+
 
 @dataclass(frozen=True)
 class DummySettings:
@@ -89,7 +91,7 @@ def resolve(yaml_text: str | None, env: dict[str, str]) -> Settings:
 
 
 def test_the_builtin_providers_in_their_listed_order() -> None:
-    assert registry.names() == ("host", "prometheus", "influxdb", "metrics-server", "push")
+    assert registry.names() == BUILTIN
 
 
 @pytest.mark.parametrize(
@@ -119,10 +121,10 @@ def test_config_table_lists_the_dummy_section(
         table
     )
     assert "`LOADWATCHER_DUMMY_LABEL`, `DUMMY_LABEL`" in table
-    assert "host, prometheus, influxdb, metrics-server, push or dummy |" in table
+    assert "host, prometheus, influxdb, metrics-server, push, datadog, signalfx or dummy |" in table
     # The table keeps its order: the providers' sections between provider and analysis.
     keys = [row.split("`")[1] for row in table.splitlines()[2:]]
-    assert keys.index("push.ha_failover_s") + 1 == keys.index("dummy.level")
+    assert keys.index("signalfx.metadata_interval_s") + 1 == keys.index("dummy.level")
     assert keys.index("dummy.label") + 1 == keys.index("analysis.stale_after_s")
 
 
@@ -164,14 +166,14 @@ def test_the_dummy_settings_have_the_same_messages(dummy: object) -> None:
         resolve("dummy: {levle: 1}\n", {})
     assert str(info.value) == "dummy.levle: unknown setting; did you mean dummy.level?"
     with pytest.raises(ConfigError) as info:
-        resolve(None, {"METRICS_PROVIDER_NAME": "SignalFx"})
+        resolve(None, {"METRICS_PROVIDER_NAME": "Consul"})
     assert str(info.value) == (
         "provider.name (from METRICS_PROVIDER_NAME): expected one of host, prometheus, "
-        "influxdb, metrics-server, push, dummy, got 'SignalFx'"
+        "influxdb, metrics-server, push, datadog, signalfx, dummy, got 'Consul'"
     )
     with pytest.raises(ConfigError) as info:
         resolve("qqqqqq: 1\n", {})
-    assert str(info.value).endswith("corroborate, influxdb, kube, push, dummy")
+    assert str(info.value).endswith("corroborate, influxdb, kube, push, datadog, signalfx, dummy")
 
 
 def test_config_check_shows_the_dummy_section(
@@ -183,7 +185,7 @@ def test_config_check_shows_the_dummy_section(
     shown = yaml.safe_load(capsys.readouterr().out)
     assert shown["provider"]["name"] == "dummy"
     assert shown["dummy"] == {"level": 2.0, "label": "node"}
-    assert list(shown).index("dummy") == list(shown).index("push") + 1
+    assert list(shown).index("dummy") == list(shown).index("signalfx") + 1
 
 
 def test_the_provider_flag_lists_the_dummy(dummy: object) -> None:
@@ -191,7 +193,10 @@ def test_the_provider_flag_lists_the_dummy(dummy: object) -> None:
     commands = next(a for a in parser._actions if a.dest == "command").choices
     serve = cast(dict[str, argparse.ArgumentParser], commands)["serve"]
     flag = next(a for a in serve._actions if a.dest == "provider")
-    assert flag.help == "host | prometheus | influxdb | metrics-server | push | dummy"
+    assert (
+        flag.help
+        == "host | prometheus | influxdb | metrics-server | push | datadog | signalfx | dummy"
+    )
 
 
 def test_unregistered_the_dummy_is_gone() -> None:
@@ -225,7 +230,7 @@ class Empty:
 def test_a_clash_with_a_known_provider_is_refused(clash: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         registry.register(_variant(**clash))
-    assert registry.names() == ("host", "prometheus", "influxdb", "metrics-server", "push")
+    assert registry.names() == BUILTIN
 
 
 def test_a_section_must_match_its_dataclass() -> None:

@@ -19,13 +19,9 @@ import orjson
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from loadwatcher.errors import ConfigError, ProviderError, ProviderErrorKind
-from loadwatcher.providers.http import (
-    TokenSource,
-    read_bounded,
-    retry_after_seconds,
-    retry_after_text,
-)
+from loadwatcher.providers.http import TokenSource, read_bounded
 from loadwatcher.providers.kube.access import KubeAccess, open_client
+from loadwatcher.providers.ratelimit import retry_after_seconds, retry_after_text
 
 __all__ = ["KubeAccess", "KubeClient", "list_page", "status_error"]
 

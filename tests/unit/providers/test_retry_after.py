@@ -11,7 +11,9 @@ import pytest
 from aiohttp import web
 
 from loadwatcher.errors import ProviderError, ProviderErrorKind
-from loadwatcher.providers.http import HttpBackend, HttpSettings, retry_after_seconds
+from loadwatcher.providers import ratelimit
+from loadwatcher.providers.http import HttpBackend, HttpSettings
+from loadwatcher.providers.ratelimit import retry_after_seconds
 
 NOW = 1_800_000_000.0
 
@@ -122,7 +124,46 @@ async def test_only_429_and_503_carry_retry_after(aiohttp_server) -> None:
     assert "Retry-After" not in error.message
 
 
+async def test_429_with_datadogs_x_ratelimit_reset_waits_that_long(aiohttp_server) -> None:
+    """Datadog answers a 429 with X-RateLimit-Reset (seconds until its period resets) and
+    no Retry-After: that is the wait."""
+    headers = {"X-RateLimit-Reset": "42", "X-RateLimit-Remaining": "0"}
+    error, url = await failure(aiohttp_server, 429, **headers)
+    assert error.kind is ProviderErrorKind.RATE_LIMITED
+    assert error.retry_after_s == 42.0
+    assert error.message == f"{url} answered 429 (X-RateLimit-Reset 42 s)"
+
+
+async def test_retry_after_wins_over_x_ratelimit_reset(aiohttp_server) -> None:
+    headers = {"Retry-After": "7", "X-RateLimit-Reset": "42"}
+    error, _ = await failure(aiohttp_server, 429, **headers)
+    assert error.retry_after_s == 7.0
+
+
+@pytest.mark.parametrize("reset", ["soon", "-1", "1.5", "9" * 400])
+async def test_a_garbage_x_ratelimit_reset_is_ignored(aiohttp_server, reset: str) -> None:
+    error, url = await failure(aiohttp_server, 429, **{"X-RateLimit-Reset": reset})
+    assert error.retry_after_s is None
+    assert error.message == f"{url} answered 429"
+
+
 def test_provider_error_defaults_to_no_wait() -> None:
     error = ProviderError(ProviderErrorKind.CONNECT, "cannot connect")
     assert error.retry_after_s is None
     assert str(error) == "connect: cannot connect"
+
+
+@pytest.mark.parametrize(
+    ("headers", "remaining", "reset", "exhausted"),
+    [
+        ({"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "30"}, 0, 30.0, True),
+        ({"X-RateLimit-Remaining": "12", "X-RateLimit-Reset": "30"}, 12, 30.0, False),
+        ({"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "0"}, 0, 0.0, False),
+        ({"X-RateLimit-Remaining": "0"}, 0, None, False),  # no reset: nothing to wait for
+        ({"X-RateLimit-Remaining": "-1", "X-RateLimit-Reset": "soon"}, None, None, False),
+        ({}, None, None, False),
+    ],
+)
+def test_the_quota_of_an_answer(headers, remaining, reset, exhausted) -> None:
+    q = ratelimit.quota(headers)
+    assert (q.remaining, q.reset_s, q.exhausted) == (remaining, reset, exhausted)

@@ -1,0 +1,188 @@
+"""Splunk Observability Cloud (SignalFx): raw points of the utilisation metrics.
+
+This module declares the provider and its settings, with the Go load-watcher's names
+(``METRICS_PROVIDER_NAME=SignalFx``, ``METRICS_PROVIDER_TOKEN`` the access token,
+``METRICS_PROVIDER_ADDRESS``, ``SIGNALFX_CLUSTER_NAME``, ``SIGNALFX_HOST_NAME_SUFFIX``);
+``answer.py`` reads the answers, ``provider.py`` asks for them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from loadwatcher.config import Section, Settings, Spec
+from loadwatcher.config import parsers as parse
+from loadwatcher.model import Resource
+from loadwatcher.providers.base import Provider
+from loadwatcher.providers.registry import Declaration
+
+RESOLUTIONS_MS = ("1000", "60000", "300000", "3600000")
+_REALM = re.compile(r"[a-z]{2}[0-9]{1,2}")
+_METRIC = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]*")
+_DIMENSION = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+
+
+@dataclass(frozen=True)
+class SignalFxSettings:
+    realm: str
+    cluster_name: str
+    cluster_dimension: str
+    host_name_suffix: str
+    short_host_names: bool
+    cpu_metric: str
+    memory_metric: str
+    scale: float
+    resolution_ms: int
+    page_size: int
+    metadata_interval_s: float
+
+
+def realm(text: str) -> str:
+    text = text.strip().lower()
+    if _REALM.fullmatch(text) is None:
+        raise parse.expected("a Splunk Observability realm such as us0, us1, eu0, jp0", text)
+    return text
+
+
+def _pattern(what: str, pattern: re.Pattern[str]) -> Callable[[str], str]:
+    def check(text: str) -> str:
+        text = text.strip()
+        if pattern.fullmatch(text) is None:
+            raise parse.expected(what, text)
+        return text
+
+    return check
+
+
+def value(text: str) -> str:
+    """A dimension value put into a query: nothing that would end or widen the filter."""
+    text = text.strip()
+    if any(c in text for c in " \"'*()\\:") or not text.isprintable():
+        raise parse.expected("a value without spaces, quotes, parentheses, : or *", text)
+    return text
+
+
+SECTION = Section(
+    "signalfx",
+    SignalFxSettings,
+    (
+        Spec(
+            "signalfx.realm",
+            realm,
+            "us0",
+            "realm whose API (https://api.<realm>.signalfx.com) is read when "
+            "provider.address is empty; us0 is the Go provider's https://api.signalfx.com",
+        ),
+        Spec(
+            "signalfx.cluster_name",
+            value,
+            "",
+            "read only time series with this cluster dimension; empty: every host",
+            env=("SIGNALFX_CLUSTER_NAME",),
+        ),
+        Spec(
+            "signalfx.cluster_dimension",
+            _pattern("a dimension name", _DIMENSION),
+            "cluster",
+            "dimension of signalfx.cluster_name",
+        ),
+        Spec(
+            "signalfx.host_name_suffix",
+            value,
+            "",
+            "read only hosts whose name ends with this (.dev.k8s.example.com)",
+            env=("SIGNALFX_HOST_NAME_SUFFIX",),
+        ),
+        Spec(
+            "signalfx.short_host_names",
+            parse.boolean,
+            True,
+            "node name = host name up to its first dot (as the Go load-watcher); false: the "
+            "host name less signalfx.host_name_suffix",
+        ),
+        Spec(
+            "signalfx.cpu_metric",
+            _pattern("a metric name", _METRIC),
+            "cpu.utilization",
+            "metric of CPU utilisation in percent",
+        ),
+        Spec(
+            "signalfx.memory_metric",
+            _pattern("a metric name", _METRIC),
+            "memory.utilization",
+            "metric of memory utilisation in percent",
+        ),
+        Spec(
+            "signalfx.scale",
+            parse.positive_float,
+            1.0,
+            "factor that turns the metrics' values into percent (100 for ratios 0..1)",
+        ),
+        Spec(
+            "signalfx.resolution_ms",
+            lambda text: int(parse.one_of(*RESOLUTIONS_MS)(text)),
+            1000,
+            "resolution asked of /v1/timeserieswindow: 1000 (the points as sent), 60000, "
+            "300000 or 3600000 (the Go provider: 60000)",
+        ),
+        Spec(
+            "signalfx.page_size",
+            parse.positive_int,
+            1000,
+            "time series per page of /v2/metrictimeseries (which reads at most 10,000)",
+        ),
+        Spec(
+            "signalfx.metadata_interval_s",
+            parse.non_negative_seconds,
+            300.0,
+            "seconds between two reads of the time series' hosts (sooner when an unknown "
+            "series appears); 0: every poll",
+        ),
+    ),
+)
+
+
+def _build(settings: Settings, sfx: SignalFxSettings) -> Provider:
+    from loadwatcher.providers.http import HttpSettings
+    from loadwatcher.providers.signalfx.provider import SignalFxOptions, SignalFxProvider
+
+    http = HttpSettings.of(settings.provider)
+    if not http.address:
+        http = dataclasses.replace(http, address=f"https://api.{sfx.realm}.signalfx.com")
+    options = SignalFxOptions(
+        metrics={Resource.CPU: sfx.cpu_metric, Resource.MEMORY: sfx.memory_metric},
+        cluster_dimension=sfx.cluster_dimension,
+        cluster_name=sfx.cluster_name,
+        host_name_suffix=sfx.host_name_suffix,
+        short_host_names=sfx.short_host_names,
+        scale=sfx.scale,
+        resolution_ms=sfx.resolution_ms,
+        page_size=sfx.page_size,
+        metadata_interval_s=sfx.metadata_interval_s,
+        overlap_s=settings.poll.overlap_s,
+        retention_s=settings.journal.retention_s,
+    )
+    return SignalFxProvider(http, options)
+
+
+def _metric_names(sfx: SignalFxSettings) -> dict[Resource, str]:
+    # The Go load-watcher's wire names: the metric as its query selects it.
+    return {
+        Resource.CPU: f'sf_metric:"{sfx.cpu_metric}"',
+        Resource.MEMORY: f'sf_metric:"{sfx.memory_metric}"',
+    }
+
+
+PROVIDER = Declaration(
+    name="signalfx",
+    aliases=("SignalFx", "splunk", "splunk-observability"),
+    section=SECTION,
+    build=_build,
+    metric_names=_metric_names,
+    needs_address=False,
+    needs_token=True,
+    rank=6,
+)
