@@ -45,6 +45,7 @@ def test_the_unit_loop_runs_only_the_unit_tier(tmp_path: Path) -> None:
     for tool in ("ruff", "mypy", "lint-imports", "apt-get", "pip install"):
         assert tool not in ran, (tool, commands)
     assert "tests/unit" in ran  # only the unit tier is collected
+    assert "LOADWATCHER_FAST_LOOP=1" in ran and "-n auto" in ran  # fewer examples, every core
     assert not calls.exists(), calls.read_text()
 
 
@@ -60,3 +61,21 @@ def test_the_full_command_keeps_lint_types_and_layers() -> None:
 def test_the_readme_states_the_measured_time_of_the_fast_loop() -> None:
     readme = (ROOT / "README.md").read_text()
     assert re.search(r"`scripts/test -m unit`.{0,600}measured at \d+ s", readme, re.S), "the time"
+
+
+def test_the_fast_loop_draws_a_tenth_of_the_examples_and_ci_all(tmp_path: Path) -> None:
+    probe = "import fuzzing; print(fuzzing.examples(400), fuzzing.examples(60))"
+    counts = {}
+    for fast in ("1", "0"):
+        env = {**os.environ, "LOADWATCHER_FAST_LOOP": fast}
+        env["PYTHONPATH"] = str(ROOT / "tests" / "support")
+        done = subprocess.run(
+            [str(ROOT / ".venv" / "bin" / "python"), "-c", probe],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        counts[fast] = done.stdout.split()
+    assert counts == {"1": ["40", "10"], "0": ["400", "60"]}

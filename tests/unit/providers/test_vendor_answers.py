@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -50,7 +51,7 @@ metadata_like = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(json_values | datadog_like)
 def test_any_json_is_a_datadog_answer_or_a_provider_error(doc: Any) -> None:
     try:
@@ -64,7 +65,7 @@ def test_any_json_is_a_datadog_answer_or_a_provider_error(doc: Any) -> None:
         assert np.all(np.diff(s.ts) > 0)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(json_values | window_like)
 def test_any_json_is_a_timeserieswindow_answer_or_a_provider_error(doc: Any) -> None:
     try:
@@ -77,7 +78,7 @@ def test_any_json_is_a_timeserieswindow_answer_or_a_provider_error(doc: Any) -> 
         assert np.all(np.diff(points.ts) > 0)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(json_values | metadata_like)
 def test_any_json_is_a_metadata_page_or_a_provider_error(doc: Any) -> None:
     try:
@@ -108,7 +109,7 @@ def datadog_answers(draw: st.DrawFn) -> tuple[dict, list[tuple[str, Resource, li
     return doc, expected
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(datadog_answers())
 def test_a_datadog_answer_gives_exactly_its_non_null_points(drawn) -> None:
     doc, expected = drawn
@@ -120,7 +121,7 @@ def test_a_datadog_answer_gives_exactly_its_non_null_points(drawn) -> None:
     assert got == expected
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.dictionaries(
         st.text(min_size=1, max_size=6),
