@@ -109,7 +109,7 @@ def build_receiver(settings: Settings, engine: Engine) -> push_http.Receiver | N
 
     push = settings.section(push_provider.SECTION)
     mappers = [(protocol, protocol.build(settings)) for protocol in protocols()]
-    limits = push_http.Limits(
+    limits = push_http.PushLimits(
         push.max_body_bytes,
         push.max_series_per_request,
         push.max_samples_per_s,
@@ -165,7 +165,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     await runner.setup()
     reloader: asyncio.Task[None] | None = None
     try:
-        limits = edge.Limits(
+        limits = edge.EdgeLimits(
             server.header_timeout_s, server.keepalive_timeout_s, server.max_connections
         )
         site = edge.GuardedSite(

@@ -49,7 +49,7 @@ _HEADERS_END = re.compile(rb"\n\r?\n")
 
 
 @dataclass(frozen=True)
-class Limits:
+class EdgeLimits:
     header_timeout_s: float
     keepalive_timeout_s: float
     max_connections: int
@@ -160,7 +160,7 @@ def aiohttp_mismatch() -> str | None:
 class Guard:
     """The protocol factory: one ``GuardedConnection`` per accepted connection."""
 
-    def __init__(self, server: web.Server, limits: Limits) -> None:
+    def __init__(self, server: web.Server, limits: EdgeLimits) -> None:
         self.server = server
         self.limits = limits
         self.open = 0
@@ -257,7 +257,7 @@ class GuardedSite(web.BaseSite):
         runner: web.BaseRunner,
         host: str,
         port: int,
-        limits: Limits,
+        limits: EdgeLimits,
         *,
         ssl_context: ssl.SSLContext | None = None,
         backlog: int = 128,

@@ -41,14 +41,14 @@ log = logging.getLogger("loadwatcher.push")
 
 
 @dataclass(frozen=True)
-class Limits:
+class PushLimits:
     max_body_bytes: int
     max_series_per_request: int
     max_samples_per_s: int
     publish_interval_s: float
 
 
-class Refused(Exception):
+class PushRefused(Exception):
     """A push answered with an error status (never a traceback)."""
 
     def __init__(self, status: int, code: str, message: str, retry_after_s: float = 0) -> None:
@@ -99,7 +99,7 @@ class Receiver:
         self,
         buffer: PushBuffer,
         mappers: Sequence[tuple[PushProtocol, Mapper]],
-        limits: Limits,
+        limits: PushLimits,
         metrics: SelfMetrics,
         tokens: TokenFile | None = None,
         clock: Callable[[], float] = time.time,
@@ -164,23 +164,25 @@ class Receiver:
                 except PushError as exc:
                     # Found while mapping (a label value that is not UTF-8, a series that
                     # does not parse): refused whole, before anything of it is kept.
-                    raise Refused(
+                    raise PushRefused(
                         endpoint.protocol.status(exc.kind), str(exc.kind), exc.message
                     ) from None
                 if work.series is None:
                     self._check_series(len(decoded.batch.keys))
                 self._check_budget(decoded)
                 self._take(decoded)
-        except Refused as exc:
+        except PushRefused as exc:
             return self._refused(exc, endpoint)
         except Exception:
             # A bug, never the sender's fault: counted like any answer, logged once here.
             log.exception("push to %s failed", route)
-            return self._refused(Refused(500, "internal", "the push could not be taken"), endpoint)
+            return self._refused(
+                PushRefused(500, "internal", "the push could not be taken"), endpoint
+            )
         self.metrics.push_requests.labels(route, "204").inc()
         return web.Response(status=204)
 
-    def _refused(self, exc: Refused, endpoint: Endpoint) -> web.Response:
+    def _refused(self, exc: PushRefused, endpoint: Endpoint) -> web.Response:
         route = endpoint.route.path
         self.metrics.push_requests.labels(route, str(exc.status)).inc()
         if exc.status >= 500 or exc.status in (401, 429):
@@ -194,7 +196,7 @@ class Receiver:
             return
         over = self.budget.over(decoded.batch.keys)
         if over:
-            raise Refused(
+            raise PushRefused(
                 413,
                 "series_limit",
                 f"the request would take the series held past push.max_series "
@@ -210,7 +212,7 @@ class Receiver:
             encoding = request.headers.get("Content-Encoding", route.default_encoding)
             if encoding.strip().lower() not in route.encodings:
                 # The header is not repeated: an error echoes nothing the request sent.
-                raise Refused(
+                raise PushRefused(
                     400,
                     "bad_encoding",
                     f"{protocol.title} needs Content-Encoding{route.encoding_hint}",
@@ -218,14 +220,14 @@ class Receiver:
             body = await self._body(request)
             pending = endpoint.mapper.read(body, asked, self.limits.max_body_bytes)
         except PushError as exc:
-            raise Refused(protocol.status(exc.kind), str(exc.kind), exc.message) from None
+            raise PushRefused(protocol.status(exc.kind), str(exc.kind), exc.message) from None
         if pending.series is not None:
             self._check_series(pending.series)
         return len(body), pending
 
     def _check_series(self, series: int) -> None:
         if series > self.limits.max_series_per_request:
-            raise Refused(
+            raise PushRefused(
                 413,
                 "too_many_series",
                 f"{series} series in one request, more than "
@@ -236,7 +238,7 @@ class Receiver:
         """Refuse (429) before the body is read while over the rate or the buffer is full."""
         wait = self.rate.wait_s()
         if wait > 0:
-            raise Refused(
+            raise PushRefused(
                 429,
                 "rate_limited",
                 f"more than push.max_samples_per_s ({self.limits.max_samples_per_s}) "
@@ -247,7 +249,7 @@ class Receiver:
 
     def _admit_to_buffer(self) -> None:
         if self.buffer.full:
-            raise Refused(
+            raise PushRefused(
                 429,
                 "busy",
                 "samples arrive faster than they are published; retry later",
@@ -262,7 +264,9 @@ class Receiver:
             # InfluxDB 1.x clients may send their credentials as ?u=&p= instead.
             header = "Bearer " + request.query[route.token_param]
         if not self.tokens.accepts_writer(header):
-            raise Refused(401, "unauthorized", "a valid writer token (push.token_file) is required")
+            raise PushRefused(
+                401, "unauthorized", "a valid writer token (push.token_file) is required"
+            )
 
     # -- shared -------------------------------------------------------------------------
 
@@ -283,13 +287,13 @@ class Receiver:
         except web.RequestPayloadError:
             # aiohttp could not decode the gzip (or deflate) body, or the chunked framing
             # is broken: a body that can never succeed.
-            raise Refused(
+            raise PushRefused(
                 400, "bad_body", "the body is not valid in its Content-Encoding or framing"
             ) from None
         return b"".join(parts)
 
-    def _too_large(self) -> Refused:
-        return Refused(
+    def _too_large(self) -> PushRefused:
+        return PushRefused(
             413,
             "too_large",
             f"body larger than push.max_body_bytes ({self.limits.max_body_bytes} bytes)",
@@ -317,7 +321,7 @@ _NOT_DISCARDS = frozenset({"series", "samples", "lines", "accepted"})
 _INLINE_BYTES = 256 * 1024
 
 
-def _error(exc: Refused, route: Route) -> web.Response:
+def _error(exc: PushRefused, route: Route) -> web.Response:
     doc: dict[str, str] = {"error": exc.code, "message": exc.message}
     if route.error_codes is not None:  # what such clients read: their server's own codes
         doc["code"] = route.error_codes.get(exc.status, route.error_code_default)

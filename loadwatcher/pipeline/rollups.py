@@ -63,11 +63,6 @@ def window_bounds(now: float, window: Window) -> tuple[int, int]:
     return end - window.seconds, end
 
 
-def compute(cols: Columns, n_series: int, window: Window, end: int) -> WindowStats:
-    """Statistics of every series over ``[end - window.seconds, end]``."""
-    return compute_windows(cols, n_series, (window,), end)[window.name]
-
-
 @dataclass(frozen=True)
 class Runs:
     """Samples in (series, time) order and where each series' are: series ``sids[i]`` is

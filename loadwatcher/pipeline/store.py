@@ -89,9 +89,6 @@ class SampleStore:
         keys = tuple(self._keys)
         return (keys, cols) if self._epoch == epoch else None
 
-    def series_id(self, node: str, resource: Resource) -> int:
-        return self._id_of((node, resource))
-
     def _id_of(self, key: tuple[str, Resource]) -> int:
         sid = self._index.get(key)
         if sid is None:

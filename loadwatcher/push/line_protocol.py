@@ -98,29 +98,6 @@ class Line:
     timestamp: int | None  # in the line's unit
 
 
-def split_line(line: bytes) -> Line:
-    """The parts of one line (no newline, no comment); raises LineError."""
-    if b"\\" not in line and b'"' not in line:
-        return _split_plain(line)
-    return _split_escaped(line)
-
-
-def _split_plain(line: bytes) -> Line:
-    key, _, rest = line.partition(b" ")
-    fields, _, stamp = rest.partition(b" ")
-    if not _TAG_SECTION.fullmatch(key) or not _FIELD_SECTION.fullmatch(fields):
-        raise LineError(LINE)
-    measurement, *tag_parts = key.split(b",")
-    tags = [_pair(part) for part in tag_parts]
-    return Line(measurement, tags, [_pair(part) for part in fields.split(b",")], _stamp(stamp))
-
-
-def _pair(part: bytes) -> tuple[bytes, bytes]:
-    """``key=value`` split at its first equals sign."""
-    key, _, value = part.partition(b"=")
-    return key, value
-
-
 def _stamp(text: bytes) -> int | None:
     if text.isdigit():  # the usual case, in C: ASCII digits only
         return int(text)

@@ -138,7 +138,7 @@ def _spans_in_place(data: bytes, lengths: IntArray) -> IntArray | None:
 
 
 @dataclass(frozen=True)
-class _Part:
+class _ReadPart:
     """Some selected series, read one way: request rows (ascending) and their columns."""
 
     rows: IntArray
@@ -201,7 +201,7 @@ def _metric_from_first_label(req: WriteRequestBytes, wanted: list[bytes]) -> Int
 
 def _read_known(
     req: WriteRequestBytes, pending: IntArray, index: SeriesIndex
-) -> tuple[_Part, IntArray]:
+) -> tuple[_ReadPart, IntArray]:
     """The series of ``pending`` whose labels ``index`` holds, and the rows left."""
     start, end = req.start.take(pending), req.end.take(pending)
     found = np.full(pending.size, -1, np.int64)
@@ -217,7 +217,7 @@ def _read_known(
             ts[rows] = tail.ts_ms.take(rows)
             values[rows] = tail.values.take(rows)
     hit = np.flatnonzero(found >= 0)
-    part = _Part(
+    part = _ReadPart(
         pending.take(hit),
         *index.attributes(found.take(hit)),
         np.ones(hit.size, np.int64),
@@ -229,7 +229,7 @@ def _read_known(
 
 def _read_bulk(
     req: WriteRequestBytes, pending: IntArray, index: SeriesIndex
-) -> tuple[_Part, IntArray]:
+) -> tuple[_ReadPart, IntArray]:
     """The series of ``pending`` read in bulk (and remembered in ``index``), and the rows left
     to protobuf."""
     buf = req.buf
@@ -282,7 +282,7 @@ def _read_bulk(
         data = buf.data
         spans = zip(start.take(rows).tolist(), where.take(rows).tolist(), strict=True)
         index.remember([data[s:e] for s, e in spans], metric.take(rows), codes[plain])
-    part = _Part(pending.take(chosen), metric.take(chosen), codes, lengths, ts_ms, values)
+    part = _ReadPart(pending.take(chosen), metric.take(chosen), codes, lengths, ts_ms, values)
     return part, pending[unread]
 
 
@@ -307,7 +307,7 @@ def _text(span: bytes) -> str:
         ) from None
 
 
-def _read_with_protobuf(req: WriteRequestBytes, rows: IntArray, index: SeriesIndex) -> _Part:
+def _read_with_protobuf(req: WriteRequestBytes, rows: IntArray, index: SeriesIndex) -> _ReadPart:
     """The series the bulk reader left, through the generated classes."""
     metric_of = {name: i for i, name in reversed(list(enumerate(index.metrics)))}
     chosen: list[int] = []
@@ -335,7 +335,7 @@ def _read_with_protobuf(req: WriteRequestBytes, rows: IntArray, index: SeriesInd
         codes.append([index.code(j, found.get(name)) for j, name in enumerate(index.labels)])
         ts_ms.append([s.timestamp for s in series.samples])
         values.append([s.value for s in series.samples])
-    return _Part(
+    return _ReadPart(
         np.asarray(chosen, np.int64),
         np.asarray(metrics, np.int64),
         np.asarray(codes, np.int64).reshape(len(chosen), len(index.labels)),
@@ -345,7 +345,7 @@ def _read_with_protobuf(req: WriteRequestBytes, rows: IntArray, index: SeriesInd
     )
 
 
-def _merge(n: int, parts: list[_Part], label_values: list[list[str]]) -> Selection:
+def _merge(n: int, parts: list[_ReadPart], label_values: list[list[str]]) -> Selection:
     """The parts' series in request order."""
     parts = [p for p in parts if p.rows.size] or parts[:1]
     if len(parts) == 1:

@@ -17,7 +17,7 @@ Plumbing: ``registry`` (the plugins by name), ``profile`` (a profile run and the
 readers), ``fallback`` (the KEP's allocation fallback for stale or missing metrics),
 ``predict`` (node peak prediction, Mid-tier reclaimable resources), ``cases``
 (``score --case``), ``kube`` and ``inputs`` (command-line sources), ``gomath`` (Go
-arithmetic), ``histogram`` (Koordinator's decaying histogram), ``cli`` (``register`` for the
+arithmetic), ``cli`` (``register`` for the
 main command line; ``score``, ``predict``, ``table``).
 
 Where the KEP or proposal documents and the upstream unit tables disagree, the tables win:

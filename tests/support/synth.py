@@ -8,6 +8,10 @@ from collections.abc import Sequence
 
 from backends import Series
 
+from loadwatcher.model import Columns, Window
+from loadwatcher.pipeline import rollups
+from loadwatcher.pipeline.rollups import WindowStats
+
 CPU_METRIC = "instance:node_cpu:ratio"
 MEM_METRIC = "instance:node_memory_utilisation:ratio"
 
@@ -51,3 +55,8 @@ def node_history(
 
 def node_names(series: Sequence[Series]) -> set[str]:
     return {labels["instance"].rsplit(":", 1)[0] for _, labels, _ in series}
+
+
+def one_window(cols: Columns, n_series: int, window: Window, end: int) -> WindowStats:
+    """The statistics of one window, as the service computes every window at once."""
+    return rollups.compute_windows(cols, n_series, (window,), end)[window.name]

@@ -50,7 +50,7 @@ class Served:
         return await asyncio.open_connection("127.0.0.1", self.port)
 
 
-async def serve(limits: edge.Limits) -> tuple[Served, object]:
+async def serve(limits: edge.EdgeLimits) -> tuple[Served, object]:
     engine = app.build_engine(settings({}))
     engine.current = published.publish(make_snapshot(3))
     runner = web.AppRunner(api.make_app(engine), access_log=None)
@@ -62,7 +62,7 @@ async def serve(limits: edge.Limits) -> tuple[Served, object]:
 
 @pytest.fixture
 async def guarded(request) -> AsyncIterator[Served]:
-    limits = getattr(request, "param", edge.Limits(0.5, 30.0, 8))
+    limits = getattr(request, "param", edge.EdgeLimits(0.5, 30.0, 8))
     served, engine = await serve(limits)
     yield served
     await served.runner.cleanup()
@@ -135,7 +135,7 @@ async def test_a_kept_alive_connection_outlives_the_header_deadline(guarded) -> 
     writer.close()
 
 
-@pytest.mark.parametrize("guarded", [edge.Limits(30.0, 0.5, 8)], indirect=True)
+@pytest.mark.parametrize("guarded", [edge.EdgeLimits(30.0, 0.5, 8)], indirect=True)
 async def test_an_idle_kept_alive_connection_is_closed_after_keepalive(guarded) -> None:
     reader, writer = await guarded.connect()
     writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -259,7 +259,9 @@ async def test_over_tls_a_silent_handshake_or_request_is_closed(tmp_path) -> Non
     runner = web.AppRunner(api.make_app(engine), access_log=None)
     await runner.setup()
     context = TlsReloader(str(pki.cert_file), str(pki.key_file)).context
-    site = edge.GuardedSite(runner, "127.0.0.1", 0, edge.Limits(0.5, 30.0, 8), ssl_context=context)
+    site = edge.GuardedSite(
+        runner, "127.0.0.1", 0, edge.EdgeLimits(0.5, 30.0, 8), ssl_context=context
+    )
     await site.start()
     try:
         # No handshake at all: bounded by the same time.
@@ -324,7 +326,7 @@ async def test_when_aiohttp_changes_shape_the_site_refuses_to_start(monkeypatch,
     engine = app.build_engine(settings({}))
     runner = web.AppRunner(api.make_app(engine), access_log=None)
     await runner.setup()
-    site = edge.GuardedSite(runner, "127.0.0.1", 0, edge.Limits(1.0, 1.0, 8))
+    site = edge.GuardedSite(runner, "127.0.0.1", 0, edge.EdgeLimits(1.0, 1.0, 8))
     try:
         with pytest.raises(StartError, match="not shaped as the connection guard") as raised:
             await site.start()

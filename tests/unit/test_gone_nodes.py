@@ -268,7 +268,7 @@ async def test_a_forgotten_node_that_reports_again_comes_back_as_a_new_node() ->
     assert "c" in served(e)
     assert e.current is not None
     # Only the sample since: the history before the forget is gone.
-    sid = e.store.series_id("c", Resource.CPU)
+    sid = list(e.store.keys).index(("c", Resource.CPU))
     assert e.store.columns.ts[e.store.columns.sid == sid].tolist() == [T0 + 60]
 
 

@@ -26,11 +26,11 @@ import yaml
 from fuzzing import examples
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from synth import one_window
 
 from loadwatcher import config
 from loadwatcher.errors import ConfigError, ProviderError
 from loadwatcher.model import WINDOWS, Resource, Series, SeriesBatch
-from loadwatcher.pipeline import rollups
 from loadwatcher.pipeline.store import SampleStore
 from loadwatcher.providers import registry
 from loadwatcher.providers.http import HttpSettings
@@ -75,7 +75,7 @@ def ingest(series: list[Series]) -> None:
     assert np.all(np.isfinite(cols.val)) and np.all(np.isfinite(cols.ts))
     assert np.all((cols.val >= 0) & (cols.val <= 101))
     for window in WINDOWS:
-        stats = rollups.compute(cols, len(store.keys), window, 2_000_000_000)
+        stats = one_window(cols, len(store.keys), window, 2_000_000_000)
         for values in stats.values.values():
             assert all(math.isfinite(v) and 0 <= v <= 101 for v in values.tolist())
 

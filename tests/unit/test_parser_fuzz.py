@@ -22,10 +22,10 @@ from gofloat import go_f as go_format
 from gofloat import prom_format
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from synth import one_window
 
 from loadwatcher.errors import ProviderError
 from loadwatcher.model import WINDOWS, Resource, SeriesBatch
-from loadwatcher.pipeline import rollups
 from loadwatcher.pipeline.store import SampleStore
 from loadwatcher.providers.prometheus import decimals, jsonbytes
 from loadwatcher.providers.prometheus.answer import ParseMemo, parse_answer, parse_matrix
@@ -86,7 +86,7 @@ def assert_sane(batch: SeriesBatch) -> None:
     assert np.all(np.isfinite(store.columns.val))
     assert np.all((store.columns.val >= 0) & (store.columns.val <= 101))
     for window in WINDOWS:
-        stats = rollups.compute(store.columns, len(store.keys), window, 2000)
+        stats = one_window(store.columns, len(store.keys), window, 2000)
         for values in stats.values.values():
             assert all(math.isfinite(v) and 0 <= v <= 101 for v in values.tolist())
 

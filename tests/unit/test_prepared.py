@@ -310,7 +310,7 @@ async def test_keep_alive_over_tls_is_encrypted_not_sent_from_the_file(tmp_path)
         runner,
         "127.0.0.1",
         port,
-        edge.Limits(10.0, 75.0, 1024),
+        edge.EdgeLimits(10.0, 75.0, 1024),
         ssl_context=TlsReloader(str(pki.cert_file), str(pki.key_file)).context,
     )
     await site.start()

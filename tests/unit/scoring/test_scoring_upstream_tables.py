@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from decaying_histogram import DecayingHistogram
 from scoring_support import metrics, node, params, pod, present, reference, reference_or_empty
 
 from loadwatcher.scoring.cluster import build_cluster, resource_data
 from loadwatcher.scoring.gomath import go_round
-from loadwatcher.scoring.histogram import DecayingHistogram
 from loadwatcher.scoring.plugins import koordinator, loadaware
 from loadwatcher.scoring.plugins.loadvariation import (
     ResourceStats,

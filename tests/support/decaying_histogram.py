@@ -1,5 +1,8 @@
 """Decaying histogram (Koordinator ``pkg/util/histogram``, after the Kubernetes VPA).
 
+No plugin the service reproduces reads it (Koordinator's node prediction does, which is not
+reproduced); it is kept, checked against upstream's table, for when one does.
+
 Linear buckets ``[k × size, (k+1) × size)``, ``ceil(max / size) + 1`` of them, the last one
 open-ended. A sample added at time t weighs ``weight × 2^((t − ref) / halfLife)``, so a
 sample loses half its importance every ``halfLife``; ``ref`` moves forward (and all weights
