@@ -125,11 +125,20 @@ class Cluster:
 
     def per_recent_pod(self, key: Any, fn: Callable[[Pod], float]) -> FloatArray:
         """``fn`` of every recently bound pod, aligned with ``recent_node``; memoised by
-        ``key`` (these values do not depend on the pod being placed)."""
-        if key not in self.memo:
-            self.memo[key] = np.array([fn(p) for p in self.recent_pods], dtype=np.float64)
-        result: FloatArray = self.memo[key]
-        return result
+        ``key`` (these values do not depend on the pod being placed).
+
+        Clusters may share one ``memo`` when each one's ``recent_pods`` extends the
+        previous one's (a replay placing pods one after another): the values of the pods
+        already seen are kept and only the new pods' are computed."""
+        done: FloatArray | None = self.memo.get(key)
+        n = len(self.recent_pods)
+        if done is None or done.shape[0] > n:
+            done = np.array([fn(p) for p in self.recent_pods], dtype=np.float64)
+        elif done.shape[0] < n:
+            new = [fn(p) for p in self.recent_pods[done.shape[0] :]]
+            done = np.concatenate([done, np.array(new, dtype=np.float64)])
+        self.memo[key] = done
+        return done
 
 
 def _units(q: Quantity | None, milli: bool) -> int:

@@ -28,7 +28,8 @@ def totals(profile: Profile, results: list[PluginResult], names: tuple[str, ...]
     for r in results:
         w = weight.get(r.plugin, 0)
         if w:
-            total += w * np.fromiter((r.scores[n] for n in names), np.int64, len(names))
+            # ``run_plugins`` lists every node's score in the Cluster's row order.
+            total += w * np.fromiter(r.scores.values(), np.int64, len(names))
         for node in r.filtered:
             rejected[position[node]] = True
     return np.where(rejected, -1, total)

@@ -22,8 +22,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from loadwatcher._types import FloatArray, IntArray
 from loadwatcher.client import Snapshot
 from loadwatcher.scoring.cluster import Cluster, build_cluster
+from loadwatcher.scoring.inputs import extra_windows
 from loadwatcher.scoring.nodes import NodeInput, RecentPod, merge_snapshot
 from loadwatcher.scoring.pods import Pod
 from loadwatcher.simulate import placement
@@ -144,7 +146,7 @@ def replay(
     n = len(spec)
     rows = _Rows(trace)
     sums = _Sums(n)
-    watcher = Watcher(spec.names, options.watcher)
+    watcher = Watcher(spec.names, options.watcher, frozenset(extra_windows(profile.args)))
     known = spec.node_inputs()
     recorder = Recorder(spec, trace.hours, options.step_s, options.hot_threshold_pct)
     pods: dict[int, Pod] = {}  # by usage source: the scoring view of the pod
@@ -247,6 +249,15 @@ def _place(
     waiting: list[int] = []
     placed: list[int] = []
     bound = [(r, b) for r, b in recent if rows.node[r] >= 0]
+    # The recently bound pods, growing as this step places more: the views share one memo
+    # (``Cluster.per_recent_pod`` keeps the values of the pods it has seen).
+    capacity = len(bound) + len(queue)
+    rec_pods = [pods[int(rows.src[r])] for r, _ in bound]
+    rec_node = np.zeros(capacity, dtype=np.int64)
+    rec_bound = np.zeros(capacity, dtype=np.float64)
+    rec_node[: len(bound)] = [rows.node[r] for r, _ in bound]
+    rec_bound[: len(bound)] = [EPOCH + b for _, b in bound]
+    memo: dict[object, object] = {}
     for row in queue:
         src = int(rows.src[row])
         if src not in pods:
@@ -258,7 +269,8 @@ def _place(
         if not bool(((v["kube_req_cpu"] <= free_cpu) & (v["kube_req_mem"] <= free_mem)).any()):
             waiting.append(row)  # no node holds its requests: the Fit filter rejects all
             continue
-        view = _view(base, sums, [*bound, *((r, t) for r in placed)], rows, pods)
+        k = len(rec_pods)
+        view = _view(base, sums, tuple(rec_pods), rec_node[:k], rec_bound[:k], memo)
         node = placement.choose(view, pods[src], profile)
         if seen is not None:
             seen(pods[src], view, node, placed)
@@ -268,24 +280,26 @@ def _place(
         sums.add(node, v, +1)
         rows.node[row], rows.start[row] = node, t
         placed.append(row)
+        rec_pods.append(pods[src])
+        rec_node[k], rec_bound[k] = node, EPOCH + t
     return waiting, placed
 
 
 def _view(
     base: Cluster,
     sums: _Sums,
-    recent: list[tuple[int, float]],
-    rows: _Rows,
-    pods: dict[int, Pod],
+    recent_pods: tuple[Pod, ...],
+    recent_node: IntArray,
+    recent_bound: FloatArray,
+    memo: dict[object, object],
 ) -> Cluster:
     """``base`` (the last poll's metrics) with the requests and recent pods of now."""
-    recent_pods = tuple(pods[int(rows.src[r])] for r, _ in recent)
     return replace(
         base,
         recent_pods=recent_pods,
-        recent_node=np.array([rows.node[r] for r, _ in recent], dtype=np.int64),
-        recent_bound=np.array([EPOCH + b for _, b in recent], dtype=np.float64),
-        memo={},
+        recent_node=recent_node,
+        recent_bound=recent_bound,
+        memo=memo,
         pods_req_cpu=sums.cols["pods_req_cpu"],
         pods_req_mem=sums.cols["pods_req_mem"],
         pods_lim_cpu=sums.cols["pods_lim_cpu"],

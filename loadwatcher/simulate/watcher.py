@@ -4,9 +4,12 @@ Every ``scrape_interval_s`` each node reports its CPU and memory utilisation (pe
 capacity); a sample becomes visible ``lag_s`` later (the metrics pipeline's reporting lag).
 Every ``poll_interval_s`` the watcher takes what is visible into this project's own
 ``SampleStore``, runs its analysis and rollups (``pipeline``), renders the default wire
-document (``wire``, the 15m window with the 5m window's metrics before it, as ``score``
-reads a watcher for LoadAware) and parses it back with the client: the plugins read exactly
-what a scheduler would read from a running loadwatcher.
+document (``wire``: the longest window with data, and before its metrics those of the other
+windows the profile's plugins read, as ``score`` reads a watcher for LoadAware's 5m) and
+reads it as the client does: the plugins read what a scheduler would read from a running
+loadwatcher. ``exact_wire`` takes the long way (JSON bytes, ``client.load_snapshot`` with
+its schema check); the default builds the client's objects from the same document
+directly, and a test holds the two equal.
 
 Bad metrics: from ``bad_from_s`` on, a ``stale_share`` of nodes stops reporting and a
 ``frozen_share`` keeps reporting the value it had then (a stuck agent); the nodes are drawn
@@ -20,14 +23,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from loadwatcher._types import BoolArray, FloatArray
-from loadwatcher.client import Snapshot, load_snapshot
+from loadwatcher.client import Metric, NodeMetrics, Snapshot, load_snapshot
 from loadwatcher.model import LONGEST_WINDOW_S, WINDOWS, Resource, SeriesBatch
 from loadwatcher.pipeline import analysis, snapshot
 from loadwatcher.pipeline.store import SampleStore
 from loadwatcher.scoring.inputs import with_windows
 from loadwatcher.wire import formats
 
-__all__ = ["EPOCH", "Watcher", "WatcherOptions"]
+__all__ = ["EPOCH", "Watcher", "WatcherOptions", "read_window"]
 
 # Simulated time 0 as Unix seconds: the wire's times are integers of Unix time.
 EPOCH = 1_700_000_000.0
@@ -49,6 +52,7 @@ class WatcherOptions:
     frozen_share: float = 0.0
     bad_from_s: float = 3600.0
     seed: int = 1
+    exact_wire: bool = False
 
     def check(self) -> None:
         """ValueError naming the first bad option."""
@@ -65,21 +69,47 @@ class WatcherOptions:
             raise ValueError("--stale-share plus --frozen-share must not exceed 1")
 
 
-def _read(snap: snapshot.Snapshot, window: str) -> Snapshot:
-    """The wire bytes of one window, read back as ``score`` reads a saved document. The
-    schema check is left out: these bytes come from the renderer the service serves (its
-    own tests hold it to the schema), and checking them every poll would cost more than
-    the rest of the replay."""
-    body = formats.encode(formats.document(snap, window, formats.Format.DEFAULT))
-    return load_snapshot(body, validate=False)
+def read_window(snap: snapshot.Snapshot, window: str, exact: bool) -> Snapshot:
+    """The ``/watcher`` document of one window as the client reads it. ``exact``: through
+    its JSON bytes and ``load_snapshot`` (schema-checked), as ``score`` reads a saved
+    document; otherwise the same objects built from the document without the round trip
+    (the JSON encoding of floats round-trips exactly)."""
+    doc = formats.document(snap, window, formats.Format.DEFAULT)
+    if exact:
+        return load_snapshot(formats.encode(doc))
+    nodes = {
+        name: NodeMetrics(
+            name,
+            tuple(
+                Metric(m["type"], m["operator"], float(m["value"]), m["name"], m["rollup"])
+                for m in raw["metrics"]
+            ),
+            dict(raw["tags"]),
+            dict(raw["metadata"]),
+        )
+        for name, raw in doc["data"]["NodeMetricsMap"].items()
+    }
+    w = doc["window"]
+    return Snapshot(
+        int(doc["timestamp"]),
+        w["duration"],
+        int(w["start"]),
+        int(w["end"]),
+        doc["source"],
+        nodes,
+        "default",
+    )
 
 
 class Watcher:
     """One simulated loadwatcher for the nodes ``names``."""
 
-    def __init__(self, names: tuple[str, ...], options: WatcherOptions) -> None:
+    def __init__(
+        self, names: tuple[str, ...], options: WatcherOptions, windows: frozenset[str] = frozenset()
+    ) -> None:
         options.check()
         self.names = names
+        self.windows = windows  # rollup windows read besides the main one (LoadAware: 5m)
         self.options = options
         self.store = SampleStore()
         n = len(names)
@@ -124,8 +154,13 @@ class Watcher:
         report = analysis.analyse(keys, self.store.columns, self.store.newest_by_series(), now)
         snap = snapshot.build(self.store.columns, keys, now, SOURCE, METRIC_NAMES, report.tags, {})
         main = formats.pick_window(snap, None)
-        parsed = _read(snap, main)
-        extra = [_read(snap, w.name) for w in WINDOWS if w.name == "5m" and w.name != main]
+        exact = self.options.exact_wire
+        parsed = read_window(snap, main, exact)
+        extra = [
+            read_window(snap, w.name, exact)
+            for w in WINDOWS
+            if w.name in self.windows and w.name != main
+        ]
         return with_windows(parsed, extra) if extra else parsed
 
     def _batch(self, scrapes: list[tuple[float, FloatArray, FloatArray, BoolArray]]) -> SeriesBatch:

@@ -194,15 +194,14 @@ def scores_np(
 def insufficient(cluster: Cluster, pod: Pod) -> dict[int, str]:
     """The Fit filter's rejections: row -> "Insufficient cpu" (and/or memory)."""
     req = pod.kube_requests(False)
-    out: dict[int, str] = {}
-    for name, ask, alloc, used in (
-        ("cpu", req.milli_cpu, cluster.alloc_cpu, cluster.kube_req_cpu),
-        ("memory", req.memory, cluster.alloc_mem, cluster.kube_req_mem),
-    ):
-        if ask <= 0:
-            continue
-        for row in np.flatnonzero(ask > alloc - used).tolist():
-            out[row] = f"{out[row]}, Insufficient {name}" if row in out else f"Insufficient {name}"
+    short_cpu = (req.milli_cpu > 0) & (req.milli_cpu > cluster.alloc_cpu - cluster.kube_req_cpu)
+    short_mem = (req.memory > 0) & (req.memory > cluster.alloc_mem - cluster.kube_req_mem)
+    out = dict.fromkeys(np.flatnonzero(short_cpu & ~short_mem).tolist(), "Insufficient cpu")
+    out.update(
+        dict.fromkeys(np.flatnonzero(short_mem & ~short_cpu).tolist(), "Insufficient memory")
+    )
+    both = np.flatnonzero(short_cpu & short_mem).tolist()
+    out.update(dict.fromkeys(both, "Insufficient cpu, Insufficient memory"))
     return out
 
 

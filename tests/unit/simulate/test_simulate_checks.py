@@ -15,6 +15,7 @@ from loadwatcher.scoring.nodes import merge_snapshot
 from loadwatcher.scoring.profile import rank, run_plugins
 from loadwatcher.simulate import cluster, generator, jsonl, profiles, replay
 from loadwatcher.simulate.replay import Decision
+from loadwatcher.simulate.watcher import WatcherOptions
 
 
 def test_target_load_packing_design_example_inside_a_simulation(tmp_path: Path) -> None:
@@ -94,3 +95,30 @@ def test_placements_equal_what_score_ranks_on_the_same_snapshot(name: str) -> No
 
     replay.replay(spec, trace, profile, observe=check)
     assert checked > 40
+
+
+@pytest.mark.parametrize("profile_name", ["LoadAwareScheduling", "TargetLoadPacking"])
+def test_the_short_way_to_the_client_objects_equals_the_json_round_trip(
+    profile_name: str,
+) -> None:
+    """The replay's default reading of the watcher document equals ``load_snapshot`` of its
+    JSON bytes (schema-checked), at every poll of a run with stale and frozen nodes; and the
+    two runs place every pod alike."""
+    trace = generator.generate(60, 0.5, seed=9)
+    spec = cluster.uniform(5, "8", "32Gi")
+    profile = profiles.parse_profile(profile_name)
+    runs = []
+    for exact in (False, True):
+        options = replay.ReplayOptions(
+            watcher=WatcherOptions(
+                stale_share=0.2, frozen_share=0.2, bad_from_s=600, exact_wire=exact
+            )
+        )
+        seen: list[Decision] = []
+        runs.append((replay.replay(spec, trace, profile, options, observe=seen.append), seen))
+    (fast, fast_seen), (slow, slow_seen) = runs
+    assert fast == slow
+    assert [d.snapshot for d in fast_seen] == [d.snapshot for d in slow_seen]
+    assert [d.chosen for d in fast_seen] == [d.chosen for d in slow_seen]
+    qualities = {m.tags.get("quality") for d in slow_seen for m in d.snapshot.nodes.values()}
+    assert {"ok", "stale", "frozen"} <= qualities
