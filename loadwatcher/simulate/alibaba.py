@@ -5,8 +5,7 @@ a header, columns as in the trace's ``schema.md``).
 The subset: the first ``machines`` machines of ``machine_meta`` (in file order) and the
 containers that ``container_meta`` puts on them, over the first ``hours`` of the trace
 (default: until the last usage sample read). Each file is read once, line by line; only
-the rows of the subset are kept, so memory follows the subset, not the files (the whole
-``container_usage.csv`` is about 28 GB uncompressed).
+the rows of the subset are kept, so memory follows the subset, not the files.
 
 Units and the assumptions this reader makes where the schema is silent:
 

@@ -1,8 +1,8 @@
 """The HTML report: one self-contained file, charts drawn as inline SVG (no script, no CDN).
 
 Per profile a heatmap of node CPU over time (rows: nodes, busiest on top, at most
-``MAX_ROWS``; columns: 5-minute buckets); one chart of the CDF of node CPU over node-time
-for all profiles; bars of the outcomes side by side.
+``MAX_ROWS``; columns: buckets of 5 minutes, longer for runs over a day); one chart of the
+CDF of node CPU over node-time for all profiles; bars of the outcomes side by side.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _color(pct: float) -> str:
     return f"#{r:02x}{g:02x}{b:02x}"
 
 
-def heatmap(result: Result, width: int = 720, cell_h: int = 4) -> str:
+def heatmap(result: Result, width: int = 720) -> str:
     """Nodes × time, each cell the bucket's mean CPU %."""
     heat = np.array(result.heatmap, dtype=np.float64)
     if heat.size == 0:
@@ -56,6 +56,7 @@ def heatmap(result: Result, width: int = 720, cell_h: int = 4) -> str:
     order = np.argsort(-heat.mean(axis=1), kind="stable")[:MAX_ROWS]
     heat = heat[order]
     rows, cols = heat.shape
+    cell_h = max(4, min(16, 240 // rows))
     cw = width / cols
     cells = [
         f'<rect x="{c * cw:.1f}" y="{r * cell_h}" width="{cw + 0.3:.1f}" height="{cell_h}" '
@@ -83,7 +84,10 @@ def cdf_chart(results: Sequence[Result], width: int = 720, height: int = 300) ->
     for i in range(0, 101, 20):
         x = pad + i / 100 * (width - pad - 10)
         y = 10 + (1 - i / 100) * (height - pad - 10)
-        parts.append(f'<text x="{x:.0f}" y="{height - pad + 16}" font-size="11">{i}%</text>')
+        parts.append(
+            f'<text x="{x:.0f}" y="{height - pad + 16}" font-size="11" '
+            f'text-anchor="{"end" if i == 100 else "middle"}">{i}%</text>'
+        )
         parts.append(f'<text x="4" y="{y:.0f}" font-size="11">{i / 100:.1f}</text>')
     for k, r in enumerate(results):
         points = " ".join(
@@ -112,13 +116,13 @@ def bars(results: Sequence[Result], key: str, label: str, width: int = 340) -> s
     ]
     for k, (r, v) in enumerate(zip(results, values, strict=True)):
         y = 20 + k * h
-        w = (width - 170) * v / top
-        parts.append(f'<text x="0" y="{y + 12}" font-size="11">{html.escape(r.name[:22])}</text>')
+        w = (width - 190) * v / top
+        parts.append(f'<text x="0" y="{y + 12}" font-size="11">{html.escape(r.name[:20])}</text>')
         parts.append(
-            f'<rect x="130" y="{y + 2}" width="{w:.1f}" height="{h - 6}" '
+            f'<rect x="140" y="{y + 2}" width="{w:.1f}" height="{h - 6}" '
             f'fill="{_PALETTE[k % len(_PALETTE)]}"/>'
         )
-        parts.append(f'<text x="{134 + w:.0f}" y="{y + 12}" font-size="11">{v:g}</text>')
+        parts.append(f'<text x="{144 + w:.0f}" y="{y + 12}" font-size="11">{v:g}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -134,6 +138,7 @@ def render(about: Mapping[str, Any], results: Sequence[Result]) -> str:
         for r in results
     )
     head = "".join(f"<th>{html.escape(k)}</th>" for k in (results[0].figures() if results else {}))
+    bucket = results[0].heatmap_bucket_s / 60 if results else 5.0
     heatmaps = "".join(f"<h3>{html.escape(r.name)}</h3>{heatmap(r)}" for r in results)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>loadwatcher simulate: {title}</title>
@@ -145,8 +150,8 @@ td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}
 <h1>loadwatcher simulate</h1><p>{title}</p>
 <h2>Outcomes</h2><div class="bars">{"".join(bars(results, k, label) for k, label in _BARS)}</div>
 <h2>Node CPU over node-time (CDF)</h2>{cdf_chart(results)}
-<h2>Node CPU over time</h2><p>Rows: nodes, busiest first (at most {MAX_ROWS}); columns: 5-minute
-buckets; white 0 %, red 100 %.</p>{heatmaps}
+<h2>Node CPU over time</h2><p>Rows: nodes, busiest first (at most {MAX_ROWS}); columns:
+{bucket:g}-minute buckets; white 0 %, red 100 %.</p>{heatmaps}
 <h2>Figures</h2><table><tr>{head}</tr>{table_rows}</table>
 </body></html>
 """

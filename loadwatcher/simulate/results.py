@@ -15,10 +15,11 @@ import numpy as np
 from loadwatcher._types import FloatArray, IntArray
 from loadwatcher.simulate.cluster import ClusterSpec
 
-__all__ = ["HEATMAP_BUCKET_S", "Recorder", "Result"]
+__all__ = ["HEATMAP_BUCKET_S", "HEATMAP_COLUMNS", "Recorder", "Result"]
 
 BINS = 1001  # 0.0, 0.1, ..., 100.0 percent
-HEATMAP_BUCKET_S = 300.0
+HEATMAP_BUCKET_S = 300.0  # the shortest heatmap column
+HEATMAP_COLUMNS = 288  # at most: longer runs get longer columns (memory stays bounded)
 
 
 @dataclass(frozen=True)
@@ -45,13 +46,15 @@ class Result:
     unschedulable_pods: int
     cpu_spread_pct: float  # mean over steps of the std-dev of CPU % across used nodes
     cpu_cdf: list[float]  # share of node-time at or below 0, 1, ..., 100 %
-    heatmap: list[list[float]]  # mean CPU % per node (rows) and 5-minute bucket (columns)
+    heatmap: list[list[float]]  # mean CPU % per node (rows) and time bucket (columns)
+    heatmap_bucket_s: float
 
     def figures(self) -> dict[str, object]:
         """Everything but the chart data."""
         out = asdict(self)
         out.pop("cpu_cdf")
         out.pop("heatmap")
+        out.pop("heatmap_bucket_s")
         return out
 
 
@@ -82,7 +85,8 @@ class Recorder:
         self.kills = 0
         self.waits: list[float] = []
         self.unschedulable = 0
-        buckets = max(1, int(np.ceil(hours * 3600 / HEATMAP_BUCKET_S)))
+        self.bucket_s = max(HEATMAP_BUCKET_S, hours * 3600 / HEATMAP_COLUMNS)
+        buckets = max(1, int(np.ceil(hours * 3600 / self.bucket_s)))
         self.heat = np.zeros((len(spec), buckets + 1))
         self.heat_n = np.zeros(buckets + 1)
 
@@ -92,7 +96,7 @@ class Recorder:
         used = pods > 0
         cpu_pct = 100.0 * np.minimum(cpu, cap_cpu) / cap_cpu
         mem_pct = 100.0 * np.minimum(mem, cap_mem) / cap_mem
-        b = min(int(t // HEATMAP_BUCKET_S), self.heat.shape[1] - 1)
+        b = min(int(t // self.bucket_s), self.heat.shape[1] - 1)
         self.heat[:, b] += cpu_pct
         self.heat_n[b] += 1
         self.used_steps.append(int(used.sum()))
@@ -156,4 +160,5 @@ class Recorder:
             round(self.spread_sum / max(self.spread_steps, 1), 1),
             [round(float(x), 4) for x in cdf[:101]],
             np.round(heat[:, : max(1, heat.shape[1] - 1)], 1).tolist(),
+            self.bucket_s,
         )

@@ -124,3 +124,34 @@ def test_baselines_are_not_in_scores_default_set() -> None:
     assert "NodeResourcesFit" in registry.names()
     assert "NodeResourcesFit" not in registry.default_names()
     assert "NodeResourcesBalancedAllocation" not in registry.default_names()
+
+
+def test_a_shared_memo_computes_only_the_recent_pods_it_has_not_seen() -> None:
+    """Views that extend one another's recent pods (a replay placing pods one by one) share
+    a memo; the values stay those of a fresh computation."""
+    from dataclasses import replace
+
+    from scoring_support import cluster, node, pod
+
+    pods = [pod({"cpu": f"{100 * (i + 1)}m"}) for i in range(4)]
+    base = cluster(node("a"), node("b"))
+    calls: list[int] = []
+
+    def milli(p: Any) -> float:
+        calls.append(1)
+        return float(p.requested.milli_cpu)
+
+    memo: dict[Any, Any] = {}
+    for k in (2, 3, 4):
+        view = replace(
+            base,
+            recent_pods=tuple(pods[:k]),
+            recent_node=np.zeros(k, dtype=np.int64),
+            recent_bound=np.zeros(k),
+            memo=memo,
+        )
+        assert view.per_recent_pod("key", milli).tolist() == [100.0 * (i + 1) for i in range(k)]
+    assert len(calls) == 4  # 2, then one more, then one more
+    # A shorter list than the memo holds is computed afresh, never sliced from it.
+    short = replace(base, recent_pods=tuple(pods[:1]), memo=memo)
+    assert short.per_recent_pod("key", milli).tolist() == [100.0]
