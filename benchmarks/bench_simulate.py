@@ -71,7 +71,7 @@ def main() -> int:
                 "",
                 "One replay of the built-in trace (seed 1) at the defaults: 15 s steps and "
                 "scrapes, 60 s polls of the watcher in the loop, 30 s reporting lag. The "
-                "target (issue 30): a few minutes.",
+                "target: a few minutes.",
                 "",
                 "| nodes | pods | simulated | steps | wall | CPU | peak RSS | per simulated hour |",
                 "|---|---|---|---|---|---|---|---|",

@@ -1,5 +1,6 @@
-"""The honest checks of issue 30: the TargetLoadPacking design example inside a simulation,
-and a simulation's placements equal to what ``score`` ranks on the same snapshot."""
+"""The honest checks of ``loadwatcher simulate``: the TargetLoadPacking design example inside
+a simulation, and a simulation's placements equal to what ``score`` ranks on the same
+snapshot."""
 
 from __future__ import annotations
 
