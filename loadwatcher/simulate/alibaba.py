@@ -61,6 +61,8 @@ def _rows(path: Path, columns: int) -> Iterator[tuple[int, list[str]]]:
                 yield number, row
     except OSError as exc:
         raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except csv.Error as exc:  # a field beyond csv's limit, a stray NUL: not this trace's CSV
+        raise ValueError(f"{path}: not the trace's CSV: {exc}") from None
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not UTF-8 text (decompress the .tar.gz first)") from None
 

@@ -220,6 +220,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     if args.report is not None and not args.report.endswith((".html", ".htm")):
         raise ValueError(f"--report {args.report!r}: expected a FILE.html")
     options = replay.ReplayOptions(args.step, 60.0, args.hot_threshold, watcher)
+    options.check()
     trace, spec = _trace_and_cluster(args)
     results: list[Result] = []
     for profile in chosen:

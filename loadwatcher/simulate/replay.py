@@ -50,6 +50,17 @@ class ReplayOptions:
     hot_threshold_pct: float = 80.0
     watcher: WatcherOptions = field(default_factory=WatcherOptions)
 
+    def check(self) -> None:
+        """ValueError naming the first bad option (a step of a millisecond would run for
+        ever; the scrape and poll intervals are counted in whole steps)."""
+        if not 1 <= self.step_s <= 600:
+            raise ValueError(f"--step: expected 1..600 seconds, got {self.step_s:g}")
+        if not 0 <= self.hot_threshold_pct <= 100:
+            raise ValueError(f"--hot-threshold: expected 0..100 %, got {self.hot_threshold_pct:g}")
+        if self.watcher.scrape_interval_s < self.step_s:
+            raise ValueError("--scrape-interval must not be shorter than --step")
+        self.watcher.check()
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -143,6 +154,7 @@ def replay(
     """Run ``profile`` over ``trace`` on ``spec``; the figures of the run. ``observe`` is
     called with every placement decision (slow: it rebuilds the nodes' pod lists)."""
     options = options or ReplayOptions()
+    options.check()
     n = len(spec)
     rows = _Rows(trace)
     sums = _Sums(n)

@@ -1,24 +1,23 @@
 """The HTML report of ``loadwatcher simulate`` as headless Chromium renders it: every chart
-is an SVG element of the DOM Chromium builds, nothing is fetched, and the page paints.
+is an SVG element of the DOM Chromium builds, and the page paints. The screenshot is saved
+under ``$ARTIFACTS_DIR`` (else ``<tmp>/artifacts``) as ``simulate-report.png``.
 
-Needs the ``chromium`` binary (Debian package ``chromium``); the test says so when absent.
+Needs Debian's ``chromium``: skipped without it, failed without it under ``CI=true``.
 """
 
 from __future__ import annotations
 
-import shutil
+import os
 import subprocess
 from pathlib import Path
 
-import pytest
+from backends import require_binary
 
 from loadwatcher.simulate import cluster, generator, profiles, replay, report
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
-
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
 def test_headless_chromium_renders_every_chart(tmp_path: Path) -> None:
+    chromium = require_binary("chromium")
     trace = generator.generate(60, 0.5, seed=2)
     spec = cluster.uniform(4)
     results = [
@@ -28,10 +27,9 @@ def test_headless_chromium_renders_every_chart(tmp_path: Path) -> None:
     page = tmp_path / "report.html"
     about = {"trace": trace.source, "pods": 60, "nodes": 4, "hours": 0.5}
     report.write(str(page), about, results)
-    assert CHROMIUM is not None
     flags = ["--headless", "--disable-gpu", "--no-sandbox", "--hide-scrollbars"]
     dom = subprocess.run(
-        [CHROMIUM, *flags, "--dump-dom", page.as_uri()],
+        [chromium, *flags, "--dump-dom", page.as_uri()],
         capture_output=True,
         text=True,
         timeout=120,
@@ -40,9 +38,11 @@ def test_headless_chromium_renders_every_chart(tmp_path: Path) -> None:
     # Two heatmaps, one CDF, six outcome bars: parsed by Chromium as SVG elements.
     assert dom.count("<svg") == 2 + 1 + 6
     assert dom.count("<polyline") == 2
-    shot = tmp_path / "report.png"
+    artifacts = Path(os.environ.get("ARTIFACTS_DIR") or tmp_path / "artifacts")
+    artifacts.mkdir(parents=True, exist_ok=True)
+    shot = artifacts / "simulate-report.png"
     subprocess.run(
-        [CHROMIUM, *flags, f"--screenshot={shot}", "--window-size=1100,1400", page.as_uri()],
+        [chromium, *flags, f"--screenshot={shot}", "--window-size=1100,1400", page.as_uri()],
         capture_output=True,
         timeout=120,
         check=True,

@@ -121,3 +121,30 @@ def test_the_alibaba_reader_keeps_only_the_subset(tmp_path: Path) -> None:
     (tmp_path / "container_usage.csv").write_text("")
     with pytest.raises(ValueError, match=r"machine_meta\.csv:1: expected 7 columns"):
         alibaba.read(str(tmp_path), machines=2, hours=None)
+
+
+def test_a_careless_operator_gets_a_reason_not_a_run_for_ever(tmp_path: Path) -> None:
+    for args, message in (
+        (["--step", "0.001"], "--step: expected 1..600 seconds"),
+        (["--step", "60", "--scrape-interval", "15"], "--scrape-interval must not be shorter"),
+        (["--hot-threshold", "150"], "--hot-threshold: expected 0..100"),
+    ):
+        proc = run(*args)
+        assert proc.returncode == 2, args
+        assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_hostile_trace_files_are_refused_with_their_place(tmp_path: Path) -> None:
+    long_line = tmp_path / "long.jsonl"
+    long_line.write_bytes(b'{"name": "' + b"x" * (1 << 20) + b'", "arrival": 0}\n')
+    proc = run("--trace", str(long_line))
+    assert proc.returncode == 2 and f"{long_line}:1: line longer than" in proc.stderr
+    trace_dir = tmp_path / "ali"
+    trace_dir.mkdir()
+    (trace_dir / "machine_meta.csv").write_text("m_1,0,1,a,96,100,USING\n")
+    (trace_dir / "container_meta.csv").write_text(
+        "c_1,m_1,0,app,started," + "9" * 200_000 + ",1,1\n"
+    )
+    (trace_dir / "container_usage.csv").write_text("")
+    proc = run("--trace", str(trace_dir), "--nodes", "1")
+    assert proc.returncode == 2 and "not the trace's CSV" in proc.stderr
