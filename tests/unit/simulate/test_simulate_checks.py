@@ -12,6 +12,7 @@ import pytest
 
 from loadwatcher.scoring import registry
 from loadwatcher.scoring.cluster import build_cluster
+from loadwatcher.scoring.fallback import score_batch as fallback_scores
 from loadwatcher.scoring.nodes import merge_snapshot
 from loadwatcher.scoring.profile import rank, run_plugins
 from loadwatcher.simulate import cluster, generator, jsonl, profiles, replay
@@ -123,3 +124,35 @@ def test_the_short_way_to_the_client_objects_equals_the_json_round_trip(
     assert [d.chosen for d in fast_seen] == [d.chosen for d in slow_seen]
     qualities = {m.tags.get("quality") for d in slow_seen for m in d.snapshot.nodes.values()}
     assert {"ok", "stale", "frozen"} <= qualities
+
+
+def test_stale_nodes_get_the_kep_fallback_or_upstreams_minimum() -> None:
+    """A third of the nodes stop reporting at 600 s. Under the KEP's fallback (the default)
+    TargetLoadPacking scores them by allocation once the watcher calls them stale (300 s
+    later); under --upstream-exact it reads their old metrics while the window holds them,
+    and gives them upstream's minimum once they have left it (missing)."""
+    trace = generator.generate(90, 1.0, seed=4)
+    spec = cluster.uniform(6, "8", "32Gi")
+    options = replay.ReplayOptions(watcher=WatcherOptions(stale_share=1 / 3, bad_from_s=600))
+    seen_quality: dict[bool, set[str]] = {}
+    for fallback in (True, False):
+        profile = profiles.parse_profile("TargetLoadPacking", fallback=fallback)
+        seen: list[Decision] = []
+        replay.replay(spec, trace, profile, options, observe=seen.append)
+        seen_quality[fallback] = set()
+        for d in seen:
+            (tlp,) = [
+                r
+                for r in run_plugins(d.view, d.pod, profile.args, fallback_enabled=fallback)
+                if r.plugin == "TargetLoadPacking"
+            ]
+            allocation = fallback_scores(d.view, d.pod.requested).scores
+            for i, q in enumerate(d.view.quality):
+                score = tlp.scores[d.view.names[i]]
+                if q in ("stale", "missing"):
+                    seen_quality[fallback].add(q)
+                    if fallback:
+                        assert score == allocation[i]
+                    elif q == "missing":
+                        assert score == 0
+    assert seen_quality[True] == seen_quality[False] == {"stale", "missing"}
