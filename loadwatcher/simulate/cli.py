@@ -88,15 +88,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     extra.add_argument(
         "--node-cpu",
-        default="16",
         metavar="QTY",
-        help="--nodes N: CPU per node (default: %(default)s)",
+        help="--nodes N: CPU per node (default: 16)",
     )
     extra.add_argument(
         "--node-memory",
-        default="64Gi",
         metavar="QTY",
-        help="--nodes N: memory per node (default: %(default)s)",
+        help="--nodes N: memory per node (default: 64Gi)",
     )
     extra.add_argument(
         "--step",
@@ -183,6 +181,10 @@ def _trace_and_cluster(args: argparse.Namespace) -> tuple[Trace, cluster.Cluster
         raise ValueError("--trace-format builtin takes no --trace")
     if fmt != "builtin" and args.trace is None:
         raise ValueError(f"--trace-format {fmt} needs --trace PATH")
+    if fmt != "builtin" and args.pods is not None:
+        raise ValueError("--pods sizes the built-in trace; a trace file has its own pods")
+    if fmt == "alibaba-v2018" and (args.node_cpu, args.node_memory) != (None, None):
+        raise ValueError("--node-cpu and --node-memory: the trace's machine_meta sizes its nodes")
     hours = args.hours
     if hours is not None and not 0 < hours <= MAX_HOURS:
         raise ValueError(f"--hours: expected more than 0 and at most {MAX_HOURS:g}, got {hours:g}")
@@ -191,7 +193,7 @@ def _trace_and_cluster(args: argparse.Namespace) -> tuple[Trace, cluster.Cluster
 
         return alibaba.read(args.trace, machines=args.nodes or 20, hours=hours)
     nodes = args.nodes if args.nodes is not None else 50
-    spec = cluster.uniform(nodes, args.node_cpu, args.node_memory)
+    spec = cluster.uniform(nodes, args.node_cpu or "16", args.node_memory or "64Gi")
     if fmt == "jsonl":
         return jsonl.read(args.trace, hours), spec
     pods = args.pods if args.pods is not None else 20 * nodes

@@ -90,6 +90,9 @@ def test_the_table_lists_every_profile_of_an_alibaba_subset() -> None:
         (["--stale-share", "2"], "--stale-share: expected a share in 0..1"),
         (["--report", "out.pdf"], "expected a FILE.html"),
         (["--nodes", "x"], "argument --nodes: expected an integer"),
+        (["--node-cpu", "lots"], "lots"),
+        (["--trace", str(SAMPLE), "--pods", "5"], "--pods sizes the built-in trace"),
+        (["--trace", str(SAMPLE), "--node-cpu", "8"], "the trace's machine_meta sizes"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
