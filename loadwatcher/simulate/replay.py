@@ -182,7 +182,6 @@ def replay(
         for row in over.tolist():
             sums.add(int(rows.node[row]), values[int(rows.src[row])], -1)
             rows.node[row] = DONE
-            recorder.finished(row)
         if over.size:
             retry_at = t
             running = np.flatnonzero(rows.node[: rows.n] >= 0)
@@ -205,7 +204,7 @@ def replay(
                 node_cpu[node] -= cpu_want[k]
                 sums.add(node, values[int(rows.src[row])], -1)
                 rows.node[row] = KILLED
-                recorder.killed(row)
+                recorder.killed()
                 queue.append(rows.requeue(row, t))
         pods_per_node = np.bincount(rows.node[: rows.n][rows.node[: rows.n] >= 0], minlength=n)
         recorder.step(t, node_cpu, node_mem, pods_per_node)
@@ -235,7 +234,7 @@ def replay(
             )
             recent.extend((row, t) for row in placed)
             for row in placed:
-                recorder.placed(row, t - float(rows.arrival[row]))
+                recorder.placed(t - float(rows.arrival[row]))
             if t >= retry_at:
                 retry_at = t + options.retry_s
             waiting, queue = kept + failed, []

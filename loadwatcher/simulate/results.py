@@ -91,6 +91,7 @@ class Recorder:
         self.heat_n = np.zeros(buckets + 1)
 
     def step(self, t: float, cpu: FloatArray, mem: FloatArray, pods: IntArray) -> None:
+        """One step's node usage (CPU wanted in millicores, memory in bytes) and pod counts."""
         cap_cpu, cap_mem = self.spec.cap_cpu, self.spec.cap_mem
         self.throttled_milli_s += float(np.maximum(cpu - cap_cpu, 0).sum()) * self.step_s
         used = pods > 0
@@ -118,16 +119,16 @@ class Recorder:
             self.spread_sum += float(c.std())
             self.spread_steps += 1
 
-    def placed(self, row: int, waited_s: float) -> None:
+    def placed(self, waited_s: float) -> None:
+        """A pod placed after waiting ``waited_s`` since it arrived."""
         self.waits.append(waited_s)
 
-    def finished(self, row: int) -> None:
-        pass
-
-    def killed(self, row: int) -> None:
+    def killed(self) -> None:
+        """A pod killed for memory."""
         self.kills += 1
 
     def pending_at_end(self, rows: list[int]) -> None:
+        """The pods still waiting when the replay ends."""
         self.unschedulable = len(rows)
 
     def result(self, name: str) -> Result:
