@@ -183,11 +183,11 @@ def test_lvrb_margins_do_not_follow_the_normal_tail_on_a_stationary_trace() -> N
     )
     usage = Parametric(
         5,
-        req * 0.6,
+        (req * 0.6).astype(np.float64),
         np.zeros(n),
         np.full(n, 0.5),
         np.zeros(n),
-        mem * 0.5,
+        (mem * 0.5).astype(np.float64),
         np.zeros(n),
         np.full(n, np.inf),
     )
