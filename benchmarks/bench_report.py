@@ -28,6 +28,9 @@ PUSH_END = "<!-- push:end -->"
 # benchmarks/bench_statuspage.py's section, kept the same way.
 STATUSPAGE_START = "<!-- statuspage:start -->"
 STATUSPAGE_END = "<!-- statuspage:end -->"
+# benchmarks/bench_simulate.py's section, kept the same way.
+SIMULATE_START = "<!-- simulate:start -->"
+SIMULATE_END = "<!-- simulate:end -->"
 DEFAULT_NOTES = (
     "Nothing yet: this is the baseline, measured before any optimisation. Record here, "
     "newest first, what was changed in the service and how each figure moved."
@@ -453,6 +456,7 @@ def markdown(results: Results, old_text: str | None) -> str:
     fastpaths = ""
     push = ""
     statuspage = ""
+    simulate = ""
     if old_text:
         match = re.search(
             re.escape(NOTES_START) + r"\n(.*?)\n" + re.escape(NOTES_END), old_text, re.S
@@ -472,6 +476,11 @@ def markdown(results: Results, old_text: str | None) -> str:
         )
         if page:
             statuspage = page.group(0)
+        sim = re.search(
+            re.escape(SIMULATE_START) + r".*?" + re.escape(SIMULATE_END), old_text, re.S
+        )
+        if sim:
+            simulate = sim.group(0)
     s = results.settings
     m = results.machine
     out = [
@@ -609,6 +618,8 @@ def markdown(results: Results, old_text: str | None) -> str:
         out += ["", push]
     if statuspage:
         out += ["", statuspage]
+    if simulate:
+        out += ["", simulate]
     if results.errors:
         out += ["", "## Errors", "", *[f"- {e}" for e in results.errors]]
     return "\n".join(out) + "\n"

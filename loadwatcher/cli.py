@@ -56,8 +56,10 @@ def build_parser(scoring: bool = True) -> argparse.ArgumentParser:
 
     if scoring:
         from loadwatcher.scoring import cli as scoring_cli
+        from loadwatcher.simulate import cli as simulate_cli
 
         scoring_cli.register(sub)
+        simulate_cli.add_parser(sub)
     return parser
 
 

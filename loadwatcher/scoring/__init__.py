@@ -11,6 +11,12 @@ declaration that ``registry`` collects:
 - ``plugins.loadaware``           Koordinator LoadAwareScheduling (``plugins.koordinator``:
                                   args, estimator, node usage)
 - ``plugins.allocatable``         NodeResourcesAllocatable
+- ``plugins.resourcefit``         the default scheduler's NodeResourcesFit (filter; scores
+                                  LeastAllocated, MostAllocated, RequestedToCapacityRatio)
+- ``plugins.balancedallocation``  the default scheduler's NodeResourcesBalancedAllocation
+
+The last two are baselines for ``simulate``: registered (``score --plugin Fit`` runs them)
+but not in ``score``'s default set (``Plugin.default``).
 
 Plumbing: ``registry`` (the plugins by name), ``profile`` (a profile run and the ranking),
 ``pods`` and ``nodes`` (inputs), ``cluster`` (columns), ``common`` (batch results, argument

@@ -103,6 +103,12 @@ class Cluster:
     recent_pods: tuple[Pod, ...]
     recent_node: IntArray
     recent_bound: FloatArray
+    # Kubernetes ``NodeInfo.Requested`` and ``NonZeroRequested`` (cpu millicores, memory
+    # bytes) of the pods and recent pods: what the default scheduler's plugins read.
+    kube_req_cpu: IntArray
+    kube_req_mem: IntArray
+    nonzero_cpu: IntArray
+    nonzero_mem: IntArray
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __len__(self) -> int:
@@ -119,11 +125,20 @@ class Cluster:
 
     def per_recent_pod(self, key: Any, fn: Callable[[Pod], float]) -> FloatArray:
         """``fn`` of every recently bound pod, aligned with ``recent_node``; memoised by
-        ``key`` (these values do not depend on the pod being placed)."""
-        if key not in self.memo:
-            self.memo[key] = np.array([fn(p) for p in self.recent_pods], dtype=np.float64)
-        result: FloatArray = self.memo[key]
-        return result
+        ``key`` (these values do not depend on the pod being placed).
+
+        Clusters may share one ``memo`` when each one's ``recent_pods`` extends the
+        previous one's (a replay placing pods one after another): the values of the pods
+        already seen are kept and only the new pods' are computed."""
+        done: FloatArray | None = self.memo.get(key)
+        n = len(self.recent_pods)
+        if done is None or done.shape[0] > n:
+            done = np.array([fn(p) for p in self.recent_pods], dtype=np.float64)
+        elif done.shape[0] < n:
+            new = [fn(p) for p in self.recent_pods[done.shape[0] :]]
+            done = np.concatenate([done, np.array(new, dtype=np.float64)])
+        self.memo[key] = done
+        return done
 
 
 def _units(q: Quantity | None, milli: bool) -> int:
@@ -154,6 +169,7 @@ def build_cluster(
     end = now if window_end is None else window_end
     caps: list[tuple[int, int, int, int]] = []
     sums: list[tuple[int, int, int, int]] = []
+    kube: list[tuple[int, int, int, int]] = []
     last_cpu: list[float] = [0.0] * n
     last_cpu_found = [False] * n
     updated = [end] * n
@@ -173,12 +189,16 @@ def build_cluster(
                 _units(alloc.get("memory"), False),
             )
         )
-        rc = rm = lc = lm = 0
+        rc = rm = lc = lm = kc = km = zc = zm = 0
         for pod in (*node.pods, *(r.pod for r in node.recent_pods)):
             req, lim = pod.requests_and_limits
             rc, rm = rc + req.milli_cpu, rm + req.memory
             lc, lm = lc + lim.milli_cpu, lm + lim.memory
+            kreq, zreq = pod.kube_requests(False), pod.kube_requests(True)
+            kc, km = kc + kreq.milli_cpu, km + kreq.memory
+            zc, zm = zc + zreq.milli_cpu, zm + zreq.memory
         sums.append((rc, rm, lc, lm))
+        kube.append((kc, km, zc, zm))
         for r in node.recent_pods:
             recent.append(r.pod)
             recent_node.append(i)
@@ -207,6 +227,7 @@ def build_cluster(
         values[key] = (v, p)
     ints = np.array(caps, dtype=np.int64).reshape(n, 4)
     pod_sums = np.array(sums, dtype=np.int64).reshape(n, 4)
+    kube_sums = np.array(kube, dtype=np.int64).reshape(n, 4)
     return Cluster(
         tuple(nodes),
         tuple(x.name for x in nodes),
@@ -237,4 +258,8 @@ def build_cluster(
         tuple(recent),
         np.array(recent_node, dtype=np.int64),
         np.array(recent_bound, dtype=np.float64),
+        kube_sums[:, 0].copy(),
+        kube_sums[:, 1].copy(),
+        kube_sums[:, 2].copy(),
+        kube_sums[:, 3].copy(),
     )

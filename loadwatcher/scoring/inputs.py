@@ -121,7 +121,7 @@ def read_plugin_args(names: list[str] | None, args_path: str | None) -> dict[str
 
     The file maps plugin names (any accepted spelling) to upstream-style args.
     """
-    chosen = [canonical_name(n) for n in names] if names else list(registry.names())
+    chosen = [canonical_name(n) for n in names] if names else list(registry.default_names())
     given: dict[str, Any] = {}
     if args_path is not None:
         doc = read_document(args_path)

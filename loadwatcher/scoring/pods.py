@@ -31,6 +31,8 @@ from loadwatcher.scoring.strict import at, check_keys, located
 __all__ = ["SUBSET_KEYS", "Container", "Pod", "Resources", "parse_pod", "parse_resource_list"]
 
 ResourceList = Mapping[str, Quantity]
+# schedutil.DefaultMilliCPURequest (100m) and DefaultMemoryRequest (200Mi): cpu in cores.
+_NONZERO_DEFAULTS = (Fraction(1, 10), Fraction(200 * 1024 * 1024))
 _WORKLOADS = {
     "Deployment",
     "StatefulSet",
@@ -148,6 +150,31 @@ class Pod:
         """Trimaran ``CreatePodResourcesStateData``: limits raised to at least the requests."""
         req, lim = self.requested, self.limited
         return req, Resources(max(lim.milli_cpu, req.milli_cpu), max(lim.memory, req.memory))
+
+    def kube_requests(self, nonzero: bool) -> Resources:
+        """Kubernetes ``PodRequests`` of cpu (millicores) and memory (bytes), as the default
+        scheduler counts them: exact sums, ``max`` with each init container, overhead added,
+        then ``MilliValue``/``Value``. With ``nonzero`` a container that does not *list* cpu
+        or memory counts 100m / 200Mi (``NonMissingContainerRequests``; an explicit zero
+        stays zero), as ``NodeInfo.NonZeroRequested`` and NodeResourcesFit's score do."""
+        key = ("kube_requests", nonzero)
+        if key not in self.memo:
+            totals = [Fraction(0), Fraction(0)]
+            for init, containers in ((False, self.containers), (True, self.init_containers)):
+                for c in containers:
+                    for i, name in enumerate(("cpu", "memory")):
+                        q = c.requests.get(name)
+                        value = q.exact if q is not None else Fraction(0)
+                        if q is None and nonzero:
+                            value = _NONZERO_DEFAULTS[i]
+                        totals[i] = max(totals[i], value) if init else totals[i] + value
+            for i, name in enumerate(("cpu", "memory")):
+                if name in self.overhead:
+                    totals[i] += self.overhead[name].exact
+            cpu, mem = Quantity(totals[0], ""), Quantity(totals[1], "")
+            self.memo[key] = Resources(cpu.milli_value(), mem.value())
+        result: Resources = self.memo[key]
+        return result
 
     def k8s_sums(self, limits: bool) -> dict[str, Fraction]:
         """Kubernetes ``PodRequests``/``PodLimits``: exact sums, init max, overhead."""

@@ -52,6 +52,8 @@ def run_plugins(
             batches[plugin.name] = plugin.score(cluster, pod, plugin_args[plugin.name], keep)
             keep[list(batches[plugin.name].filtered)] = False
     stale = fallback.needs_fallback(cluster) if fallback_enabled else None
+    if stale is not None and not stale.any():
+        stale = None  # nothing to fall back for: the allocation scores would go unused
     alloc_scores = fallback.score_batch(cluster, pod.requested) if stale is not None else None
     results = []
     for plugin in chosen:

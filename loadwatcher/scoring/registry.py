@@ -25,6 +25,7 @@ __all__ = [
     "Plugin",
     "always",
     "canonical_name",
+    "default_names",
     "get",
     "names",
     "parse_plugin_args",
@@ -66,6 +67,9 @@ class Plugin(Generic[A]):
     fallback: Callable[[Pod], bool] | None = None
     windows: Callable[[A], frozenset[str]] | None = None
     aliases: tuple[str, ...] = ()  # other accepted spellings besides name and short
+    # In ``score``'s default plugin set. The default scheduler's own scorers (baselines for
+    # ``simulate``) are not: ``score`` answers what the load-aware plugins would do.
+    default: bool = True
     # Upstream argument keys scoring does not read. ``inert_args`` change how the plugin
     # reaches its data, not the score (any value is accepted); ``unsupported_args`` would
     # change the score in ways not implemented here (accepted only unset: null, false, empty).
@@ -122,6 +126,11 @@ def plugins() -> tuple[Plugin[Any], ...]:
 def names() -> tuple[str, ...]:
     """The upstream names of every registered plugin, in profile order."""
     return tuple(p.name for p in plugins())
+
+
+def default_names() -> tuple[str, ...]:
+    """The plugins ``score`` runs when none is named, in profile order."""
+    return tuple(p.name for p in plugins() if p.default)
 
 
 def canonical_name(name: str) -> str:

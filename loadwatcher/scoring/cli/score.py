@@ -51,7 +51,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--plugin",
         action="append",
         metavar="NAME",
-        help=f"plugin to run, repeatable (default: all of {', '.join(registry.names())})",
+        help=f"plugin to run, repeatable (default: all of {', '.join(registry.default_names())})",
     )
     score.add_argument(
         "--args",

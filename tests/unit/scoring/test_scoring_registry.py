@@ -66,15 +66,32 @@ def dummy() -> Iterator[Plugin[DummyArgs]]:
 
 
 def test_the_builtin_plugins_in_profile_order() -> None:
-    assert registry.names() == (
+    assert registry.default_names() == (
         "TargetLoadPacking",
         "LoadVariationRiskBalancing",
         "LowRiskOverCommitment",
         "LoadAwareScheduling",
         "NodeResourcesAllocatable",
     )
-    assert [p.short for p in registry.plugins()] == ["TLP", "LVRB", "LROC", "LoadAware", "Alloc"]
-    assert [p.name for p in registry.plugins() if p.filters] == ["LoadAwareScheduling"]
+    # The default scheduler's scorers are registered for ``simulate`` and ``--plugin``.
+    assert registry.names() == (
+        *registry.default_names(),
+        "NodeResourcesFit",
+        "NodeResourcesBalancedAllocation",
+    )
+    assert [p.short for p in registry.plugins()] == [
+        "TLP",
+        "LVRB",
+        "LROC",
+        "LoadAware",
+        "Alloc",
+        "Fit",
+        "Balanced",
+    ]
+    assert [p.name for p in registry.plugins() if p.filters] == [
+        "LoadAwareScheduling",
+        "NodeResourcesFit",
+    ]
     assert {p.name for p in registry.plugins() if p.fallback is not None} == {
         "TargetLoadPacking",
         "LoadVariationRiskBalancing",

@@ -1,0 +1,353 @@
+"""The replay loop: one profile over one trace on one cluster, in steps of ``step_s``.
+
+Each step, in this order: pods whose run is over leave; pods that arrived join the queue;
+every running pod's usage is read from the trace (CPU wanted, capped at its limit; memory
+held); a node's usage is the sum over its pods plus its overhead. CPU wanted beyond the
+node's capacity is throttled (counted in CPU-seconds). Memory beyond capacity kills pods,
+the one holding most memory first, until the rest fits (each kill counted; the pod is
+re-queued as a new pod that arrives now). The watcher scrapes and polls (``watcher``);
+then the queue is placed in arrival order (``placement``). A pod no node can hold by its
+requests waits; the queue is tried again when a pod leaves or every ``retry_s``.
+
+The plugins see the nodes' requests as the scheduler's cache has them (every pod placed so
+far, this step's included), the metrics of the last poll, and the pods bound since that
+poll's window end as recently bound (Trimaran and LoadAware add those not yet in the
+metrics).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from loadwatcher._types import FloatArray, IntArray
+from loadwatcher.client import Snapshot
+from loadwatcher.scoring.cluster import Cluster, build_cluster
+from loadwatcher.scoring.inputs import extra_windows
+from loadwatcher.scoring.nodes import NodeInput, RecentPod, merge_snapshot
+from loadwatcher.scoring.pods import Pod
+from loadwatcher.simulate import placement
+from loadwatcher.simulate.cluster import ClusterSpec
+from loadwatcher.simulate.profiles import Profile
+from loadwatcher.simulate.results import Recorder, Result
+from loadwatcher.simulate.trace import NONZERO_CPU, NONZERO_MEM, Trace, scoring_pod
+from loadwatcher.simulate.watcher import EPOCH, Watcher, WatcherOptions
+
+__all__ = ["Decision", "ReplayOptions", "Result", "replay"]
+
+WAITING, DONE, KILLED = -1, -2, -3
+RECENT_S = 120.0  # pods bound this long before the window end are still "recent"
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """The loop's settings; times in seconds."""
+
+    step_s: float = 15.0
+    retry_s: float = 60.0
+    hot_threshold_pct: float = 80.0
+    watcher: WatcherOptions = field(default_factory=WatcherOptions)
+
+    def check(self) -> None:
+        """ValueError naming the first bad option (a step of a millisecond would run for
+        ever; the scrape and poll intervals are counted in whole steps)."""
+        if not 1 <= self.step_s <= 600:
+            raise ValueError(f"--step: expected 1..600 seconds, got {self.step_s:g}")
+        if not 0 <= self.hot_threshold_pct <= 100:
+            raise ValueError(f"--hot-threshold: expected 0..100 %, got {self.hot_threshold_pct:g}")
+        if self.watcher.scrape_interval_s < self.step_s:
+            raise ValueError("--scrape-interval must not be shorter than --step")
+        self.watcher.check()
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One placement, for a watcher of the replay (tests): the pod, the ``/watcher`` document
+    the plugins read, the nodes as ``score --nodes`` would give them (pods and recently bound
+    pods), the time (Unix seconds), the Cluster the plugins scored and the chosen row."""
+
+    pod: Pod
+    snapshot: Snapshot
+    nodes: list[NodeInput]
+    now: float
+    view: Cluster
+    chosen: int | None
+
+
+Observer = Callable[[Decision], None]
+
+
+class _Rows:
+    """Pods as rows: the trace's, then one more per re-queue. Grows by doubling."""
+
+    def __init__(self, trace: Trace) -> None:
+        p = trace.pods
+        self.n = len(p)
+        self.src = np.arange(self.n, dtype=np.int64)
+        self.arrival = p.arrival.copy()
+        self.duration = p.duration.copy()
+        self.node = np.full(self.n, WAITING, dtype=np.int64)
+        self.start = np.full(self.n, np.nan)
+
+    def requeue(self, row: int, t: float) -> int:
+        if self.n == self.src.size:
+            grow = max(16, self.n)
+            self.src = np.concatenate([self.src, np.zeros(grow, np.int64)])
+            self.arrival = np.concatenate([self.arrival, np.zeros(grow)])
+            self.duration = np.concatenate([self.duration, np.zeros(grow)])
+            self.node = np.concatenate([self.node, np.full(grow, WAITING, np.int64)])
+            self.start = np.concatenate([self.start, np.full(grow, np.nan)])
+        new = self.n
+        self.src[new], self.arrival[new] = self.src[row], t
+        self.duration[new] = self.duration[row]
+        self.n += 1
+        return new
+
+
+class _Sums:
+    """Per node sums of the requests of the pods on it (the scheduler's cache)."""
+
+    def __init__(self, n: int) -> None:
+        self.cols = {k: np.zeros(n, dtype=np.int64) for k in _COLUMNS}
+
+    def add(self, node: int, values: dict[str, int], sign: int) -> None:
+        for k, v in values.items():
+            self.cols[k][node] += sign * v
+
+
+_COLUMNS = (
+    "pods_req_cpu",
+    "pods_req_mem",
+    "pods_lim_cpu",
+    "pods_lim_mem",
+    "kube_req_cpu",
+    "kube_req_mem",
+    "nonzero_cpu",
+    "nonzero_mem",
+)
+
+
+def _pod_values(trace: Trace, src: int) -> dict[str, int]:
+    p = trace.pods
+    rc, rm, lc, lm = (int(x[src]) for x in (p.req_cpu, p.req_mem, p.lim_cpu, p.lim_mem))
+    return {
+        "pods_req_cpu": rc,
+        "pods_req_mem": rm,
+        "pods_lim_cpu": max(lc, rc),
+        "pods_lim_mem": max(lm, rm),
+        "kube_req_cpu": rc,
+        "kube_req_mem": rm,
+        "nonzero_cpu": rc if rc > 0 else NONZERO_CPU,
+        "nonzero_mem": rm if rm > 0 else NONZERO_MEM,
+    }
+
+
+def replay(
+    spec: ClusterSpec,
+    trace: Trace,
+    profile: Profile,
+    options: ReplayOptions | None = None,
+    observe: Observer | None = None,
+) -> Result:
+    """Run ``profile`` over ``trace`` on ``spec``; the figures of the run. ``observe`` is
+    called with every placement decision (slow: it rebuilds the nodes' pod lists)."""
+    options = options or ReplayOptions()
+    options.check()
+    n = len(spec)
+    rows = _Rows(trace)
+    sums = _Sums(n)
+    watcher = Watcher(spec.names, options.watcher, frozenset(extra_windows(profile.args)))
+    known = spec.node_inputs()
+    recorder = Recorder(spec, trace.hours, options.step_s, options.hot_threshold_pct)
+    pods: dict[int, Pod] = {}  # by usage source: the scoring view of the pod
+    values: dict[int, dict[str, int]] = {}
+    queue: list[int] = []  # arrived since the last placement: tried at once
+    waiting: list[int] = []  # tried and not placed: tried again at ``retry_at``
+    recent: list[tuple[int, float]] = []  # (row, bound at, simulated seconds)
+    base: Cluster | None = None
+    snap: Snapshot | None = None
+    window_end = 0.0
+    next_arrival = 0
+    retry_at = 0.0
+    steps = round(trace.hours * 3600 / options.step_s)
+    scrape_every = max(1, round(options.watcher.scrape_interval_s / options.step_s))
+    poll_every = max(1, round(options.watcher.poll_interval_s / options.step_s))
+    for step in range(steps + 1):
+        t = step * options.step_s
+        # Departures.
+        running = np.flatnonzero(rows.node[: rows.n] >= 0)
+        over = running[rows.start[running] + rows.duration[running] <= t]
+        for row in over.tolist():
+            sums.add(int(rows.node[row]), values[int(rows.src[row])], -1)
+            rows.node[row] = DONE
+        if over.size:
+            retry_at = t
+            running = np.flatnonzero(rows.node[: rows.n] >= 0)
+        # Arrivals.
+        while next_arrival < len(trace.pods) and trace.pods.arrival[next_arrival] <= t:
+            queue.append(next_arrival)
+            next_arrival += 1
+        # Usage, throttling, OOM kills.
+        cpu_want, mem = trace.usage.at(rows.src[running], t)
+        where = rows.node[running]
+        node_cpu = (np.bincount(where, cpu_want, n) + spec.overhead_cpu).astype(np.float64)
+        node_mem = (np.bincount(where, mem, n) + spec.overhead_mem).astype(np.float64)
+        for node in np.flatnonzero(node_mem > spec.cap_mem).tolist():
+            here = np.flatnonzero(where == node)
+            for k in here[np.argsort(-mem[here], kind="stable")].tolist():
+                if node_mem[node] <= spec.cap_mem[node]:
+                    break
+                row = int(running[k])
+                node_mem[node] -= mem[k]
+                node_cpu[node] -= cpu_want[k]
+                sums.add(node, values[int(rows.src[row])], -1)
+                rows.node[row] = KILLED
+                recorder.killed()
+                queue.append(rows.requeue(row, t))
+        pods_per_node = np.bincount(rows.node[: rows.n][rows.node[: rows.n] >= 0], minlength=n)
+        recorder.step(t, node_cpu, node_mem, pods_per_node)
+        if step % scrape_every == 0:
+            used_cpu = np.minimum(node_cpu, spec.cap_cpu)
+            watcher.scrape(
+                t,
+                100.0 * used_cpu / spec.cap_cpu,
+                100.0 * np.minimum(node_mem, spec.cap_mem) / spec.cap_mem,
+            )
+        if step % poll_every == 0:
+            snap = watcher.poll(t)
+            nodes, _ = merge_snapshot(known, snap.nodes)
+            window_end = float(snap.end)
+            base = build_cluster(nodes, now=EPOCH + t, window_end=window_end)
+            recent = [(r, b) for r, b in recent if EPOCH + b > window_end - RECENT_S]
+            retry_at = t
+        # Placement: the queue in arrival order, the waiting pods first when it is time.
+        if base is not None and (queue or (waiting and t >= retry_at)):
+            todo = [*waiting, *queue] if t >= retry_at else queue
+            kept = waiting if t < retry_at else []
+            seen = None
+            if observe is not None and snap is not None:
+                seen = _observer(observe, snap, known, rows, pods, recent, t)
+            failed, placed = _place(
+                todo, rows, trace, spec, sums, base, profile, recent, pods, values, t, seen
+            )
+            recent.extend((row, t) for row in placed)
+            for row in placed:
+                recorder.placed(t - float(rows.arrival[row]))
+            if t >= retry_at:
+                retry_at = t + options.retry_s
+            waiting, queue = kept + failed, []
+    recorder.pending_at_end(waiting + queue)
+    return recorder.result(profile.name)
+
+
+def _place(
+    queue: list[int],
+    rows: _Rows,
+    trace: Trace,
+    spec: ClusterSpec,
+    sums: _Sums,
+    base: Cluster,
+    profile: Profile,
+    recent: list[tuple[int, float]],
+    pods: dict[int, Pod],
+    values: dict[int, dict[str, int]],
+    t: float,
+    seen: Callable[[Pod, Cluster, int | None, list[int]], None] | None = None,
+) -> tuple[list[int], list[int]]:
+    """Place what can be placed; (the rows still waiting, the rows placed)."""
+    waiting: list[int] = []
+    placed: list[int] = []
+    bound = [(r, b) for r, b in recent if rows.node[r] >= 0]
+    # The recently bound pods, growing as this step places more: the views share one memo
+    # (``Cluster.per_recent_pod`` keeps the values of the pods it has seen).
+    capacity = len(bound) + len(queue)
+    rec_pods = [pods[int(rows.src[r])] for r, _ in bound]
+    rec_node = np.zeros(capacity, dtype=np.int64)
+    rec_bound = np.zeros(capacity, dtype=np.float64)
+    rec_node[: len(bound)] = [rows.node[r] for r, _ in bound]
+    rec_bound[: len(bound)] = [EPOCH + b for _, b in bound]
+    memo: dict[object, object] = {}
+    for row in queue:
+        src = int(rows.src[row])
+        if src not in pods:
+            pods[src] = scoring_pod(trace.pods, src)
+            values[src] = _pod_values(trace, src)
+        v = values[src]
+        free_cpu = spec.alloc_cpu - sums.cols["kube_req_cpu"]
+        free_mem = spec.alloc_mem - sums.cols["kube_req_mem"]
+        if not bool(((v["kube_req_cpu"] <= free_cpu) & (v["kube_req_mem"] <= free_mem)).any()):
+            waiting.append(row)  # no node holds its requests: the Fit filter rejects all
+            continue
+        k = len(rec_pods)
+        view = _view(base, sums, tuple(rec_pods), rec_node[:k], rec_bound[:k], memo)
+        node = placement.choose(view, pods[src], profile)
+        if seen is not None:
+            seen(pods[src], view, node, placed)
+        if node is None:
+            waiting.append(row)
+            continue
+        sums.add(node, v, +1)
+        rows.node[row], rows.start[row] = node, t
+        placed.append(row)
+        rec_pods.append(pods[src])
+        rec_node[k], rec_bound[k] = node, EPOCH + t
+    return waiting, placed
+
+
+def _view(
+    base: Cluster,
+    sums: _Sums,
+    recent_pods: tuple[Pod, ...],
+    recent_node: IntArray,
+    recent_bound: FloatArray,
+    memo: dict[object, object],
+) -> Cluster:
+    """``base`` (the last poll's metrics) with the requests and recent pods of now."""
+    return replace(
+        base,
+        recent_pods=recent_pods,
+        recent_node=recent_node,
+        recent_bound=recent_bound,
+        memo=memo,
+        pods_req_cpu=sums.cols["pods_req_cpu"],
+        pods_req_mem=sums.cols["pods_req_mem"],
+        pods_lim_cpu=sums.cols["pods_lim_cpu"],
+        pods_lim_mem=sums.cols["pods_lim_mem"],
+        kube_req_cpu=sums.cols["kube_req_cpu"],
+        kube_req_mem=sums.cols["kube_req_mem"],
+        nonzero_cpu=sums.cols["nonzero_cpu"],
+        nonzero_mem=sums.cols["nonzero_mem"],
+    )
+
+
+def _observer(
+    observe: Observer,
+    snap: Snapshot,
+    known: list[NodeInput],
+    rows: _Rows,
+    pods: dict[int, Pod],
+    recent: list[tuple[int, float]],
+    t: float,
+) -> Callable[[Pod, Cluster, int | None, list[int]], None]:
+    """A callback for ``_place`` that hands ``observe`` each decision with the nodes as a
+    ``--nodes`` file would list them at that moment."""
+
+    def seen(pod: Pod, view: Cluster, chosen: int | None, placed: list[int]) -> None:
+        bound = [(r, b) for r, b in recent if rows.node[r] >= 0] + [(r, t) for r in placed]
+        is_recent = {r for r, _ in bound}
+        on_node: list[list[Pod]] = [[] for _ in known]
+        for r in np.flatnonzero(rows.node[: rows.n] >= 0).tolist():
+            if r not in is_recent:
+                on_node[int(rows.node[r])].append(pods[int(rows.src[r])])
+        recent_of: list[list[RecentPod]] = [[] for _ in known]
+        for r, b in bound:
+            recent_of[int(rows.node[r])].append(RecentPod(pods[int(rows.src[r])], EPOCH + b))
+        nodes = [
+            replace(node, pods=tuple(on_node[i]), recent_pods=tuple(recent_of[i]))
+            for i, node in enumerate(known)
+        ]
+        observe(Decision(pod, snap, nodes, EPOCH + t, view, chosen))
+
+    return seen
