@@ -1,0 +1,166 @@
+"""The series a query reads: label sets with their samples, indexed by label, and the
+selection of Prometheus's selectors (matchers, lookback, range windows) over them.
+
+A ``SeriesSet`` holds series ``i`` as ``ts[starts[i]:starts[i + 1]]`` (int64 ms,
+ascending) and the same slice of ``values``. Selection is vectorised over series and steps:
+each sample has a key ``row · 2⁴² + t`` (ascending along the columns, since rows are), so
+"the newest sample at or before t" and "the samples in [a, b]" of every (series, step) pair
+are each one ``searchsorted``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
+
+import numpy as np
+import promql_parser
+
+from loadwatcher._types import BoolArray, FloatArray, IntArray
+from loadwatcher.promql.values import METRIC_NAME, ErrorType, Labels, QueryError
+
+# Sample times are milliseconds since the epoch: 2⁴² ms runs to the year 2109.
+_KEY_SHIFT = 1 << 42
+
+
+@lru_cache(maxsize=256)
+def compiled(pattern: str) -> re.Pattern[str]:
+    """A label matcher's regular expression, anchored at both ends as Prometheus's are."""
+    try:
+        # Prometheus 2 compiles ``^(?:pattern)$`` without the s flag: ``.`` stops at a newline.
+        return re.compile(pattern)
+    except re.error as exc:
+        raise QueryError(
+            ErrorType.BAD_DATA, f"invalid regular expression {pattern!r}: {exc}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class Matcher:
+    """One label matcher: ``op`` is ``=``, ``!=``, ``=~`` or ``!~``."""
+
+    name: str
+    op: str
+    value: str
+
+    def matches(self, value: str) -> bool:
+        if self.op == "=":
+            return value == self.value
+        if self.op == "!=":
+            return value != self.value
+        hit = compiled(self.value).fullmatch(value) is not None
+        return hit if self.op == "=~" else not hit
+
+
+# The parser's enums are not hashable: compared one by one.
+_OPS = (
+    (promql_parser.MatchOp.Equal, "="),
+    (promql_parser.MatchOp.NotEqual, "!="),
+    (promql_parser.MatchOp.Re, "=~"),
+    (promql_parser.MatchOp.NotRe, "!~"),
+)
+
+
+def _op(op: promql_parser.MatchOp) -> str:
+    for known, text in _OPS:
+        if op == known:
+            return text
+    raise QueryError(ErrorType.BAD_DATA, f"unknown label matcher {op}")
+
+
+def matchers_of(selector: promql_parser.VectorSelector) -> list[Matcher]:
+    """The selector's matchers, its metric name as a ``__name__`` matcher."""
+    if selector.matchers.or_matchers:
+        raise QueryError(
+            ErrorType.BAD_DATA, "'or' inside a selector's braces is not PromQL of Prometheus 2"
+        )
+    out = [Matcher(m.name, _op(m.op), m.value) for m in selector.matchers.matchers]
+    if selector.name is not None:
+        out.append(Matcher(METRIC_NAME, "=", selector.name))
+    return out
+
+
+@dataclass(frozen=True)
+class SeriesSet:
+    labels: list[Labels]
+    starts: IntArray
+    ts: IntArray
+    values: FloatArray
+    _index: dict[str, dict[str, list[int]]] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        for row, lab in enumerate(self.labels):
+            for name, value in lab:
+                self._index.setdefault(name, {}).setdefault(value, []).append(row)
+
+    @cached_property
+    def keys(self) -> IntArray:
+        rows = np.repeat(np.arange(len(self.labels), dtype=np.int64), np.diff(self.starts))
+        return rows * _KEY_SHIFT + self.ts
+
+    @cached_property
+    def bounds(self) -> tuple[int, int] | None:
+        """The oldest and newest sample time held (ms), None when empty."""
+        if self.ts.shape[0] == 0:
+            return None
+        return int(self.ts.min()), int(self.ts.max())
+
+    def select(self, matchers: Sequence[Matcher]) -> IntArray:
+        """Rows whose labels satisfy every matcher (a missing label is the empty value)."""
+        n = len(self.labels)
+        mask = np.ones(n, bool)
+        for m in matchers:
+            values = self._index.get(m.name, {})
+            hit = np.zeros(n, bool)
+            for value, rows in values.items():
+                if m.matches(value):
+                    hit[rows] = True
+            if m.matches(""):
+                has = np.zeros(n, bool)
+                for rows in values.values():
+                    has[rows] = True
+                hit |= ~has
+            mask &= hit
+        return np.flatnonzero(mask)
+
+    def names(self) -> set[str]:
+        return set(self._index)
+
+    def label_values(self, name: str) -> set[str]:
+        return set(self._index.get(name, {}))
+
+    def with_samples_in(self, rows: IntArray, start: int, end: int) -> IntArray:
+        """The rows of ``rows`` with a sample in ``[start, end]`` (ms)."""
+        lo, hi = self.window(rows, np.array([end], np.int64), end - start)
+        return rows[(hi > lo)[:, 0]]
+
+    def latest(self, rows: IntArray, ref: IntArray, lookback_ms: int) -> tuple[IntArray, BoolArray]:
+        """Per row and reference time, the index of the newest sample at or before it and
+        no older than ``lookback_ms`` (Prometheus 2's closed interval), and whether there is one."""
+        q = rows[:, None] * _KEY_SHIFT + np.clip(ref, 0, _KEY_SHIFT - 1)[None, :]
+        idx = np.searchsorted(self.keys, q, side="right") - 1
+        ok = (idx >= self.starts[rows][:, None]) & (ref >= 0)[None, :]
+        safe = np.where(ok, idx, 0)
+        if self.ts.shape[0]:
+            ok &= self.ts[safe] >= (ref - lookback_ms)[None, :]
+        return safe, ok
+
+    def window(self, rows: IntArray, ref: IntArray, range_ms: int) -> tuple[IntArray, IntArray]:
+        """Per row and reference time, ``[lo, hi)``: the samples in ``[ref - range, ref]``."""
+        base = rows[:, None] * _KEY_SHIFT
+        top = np.clip(ref, -1, _KEY_SHIFT - 1)[None, :]
+        bottom = np.clip(ref - range_ms, 0, _KEY_SHIFT - 1)[None, :]
+        lo = np.searchsorted(self.keys, base + bottom, side="left")
+        hi = np.searchsorted(self.keys, base + top, side="right")
+        return lo, np.maximum(hi, lo)
+
+
+def series_set(
+    labels: list[Labels], lengths: IntArray, ts: IntArray, values: FloatArray
+) -> SeriesSet:
+    """A set from flat columns: series ``i`` owns ``lengths[i]`` samples, ascending in time."""
+    starts = np.zeros(len(labels) + 1, np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    return SeriesSet(labels, starts, ts.astype(np.int64, copy=False), values)
