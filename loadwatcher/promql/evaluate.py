@@ -46,7 +46,9 @@ def parse(text: str) -> promql_parser.Expr:
         raise QueryError(ErrorType.BAD_DATA, 'invalid parameter "query": empty query')
     try:
         return promql_parser.parse(text)
-    except ValueError as exc:
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # a panic in the Rust parser is not an Exception
         raise QueryError(
             ErrorType.BAD_DATA, f'invalid parameter "query": parse error: {exc}'
         ) from None

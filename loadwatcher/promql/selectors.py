@@ -44,10 +44,15 @@ OVER_TIME = (
 )
 
 
+# Offsets and ranges beyond this reach no sample either way; bounded, times stay in int64.
+_MOST_MS = 1 << 50
+
+
 def ms(delta: timedelta | None) -> int:
     if delta is None:
         return 0
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+    total = (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+    return max(-_MOST_MS, min(_MOST_MS, total))
 
 
 def _offset(sel: promql_parser.VectorSelector) -> int:

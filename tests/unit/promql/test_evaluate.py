@@ -8,12 +8,15 @@ tests/integration/test_promql_parity.py.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loadwatcher.promql import evaluate, render, storage, values
 from loadwatcher.promql.values import Budget, ErrorType, Limits, QueryError
@@ -236,3 +239,21 @@ def test_no_series_and_empty_sets() -> None:
     empty = storage.series_set([], np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0))
     out = render.data(evaluate.instant([empty], "sum(nothing)", AT, budget()))
     assert out == {"resultType": "vector", "result": []}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.sampled_from(list("cpu{}[]()=~!\",.5ms +-*/^<>ofstbyandr@:_\\'")), max_size=40))
+def test_any_text_is_an_answer_or_a_query_error(text: str) -> None:
+    """Whatever a client sends as a query, the evaluator answers or raises QueryError:
+    never another exception (which the API would turn into a 500)."""
+    with contextlib.suppress(QueryError):
+        instant(text)
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["cpu offset 100000y", "max_over_time(cpu[100000y])", "cpu offset -100000y", "cpu[100000y]"],
+)
+def test_far_offsets_and_ranges_stay_in_range(query: str) -> None:
+    out = instant(query)
+    assert out["resultType"] in ("vector", "matrix")

@@ -1,0 +1,126 @@
+"""The series the query API offers: the published rollups, and the raw samples held.
+
+Rollups, one series per node, resource, window and operator, one sample at the snapshot's
+time (so they leave instant queries 5 minutes after the last snapshot, as a scraped series
+that stopped does)::
+
+    loadwatcher_node_cpu_utilisation_ratio{instance="node-1", window="5m",
+                                           operator="avg", quality="ok"}  0.234
+
+``operator`` is the wire operator in lower case (``latest``, ``avg``, ``std``, ``p50``,
+``p90``, ``p95``, ``p99``, ``max``, ``min``), ``quality`` the resource's quality as the
+analyser judged it (``ok``, ``stale``, ``frozen``, ...). Raw samples, every sample the
+store holds (the journal's retention), under the names of the kube-prometheus recording
+rules the Prometheus provider reads by default, ``instance`` the node::
+
+    instance:node_cpu:ratio{instance="node-1"}  0.234
+
+Values are ratios (the service's percent / 100).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+from loadwatcher.model import Columns, Resource
+from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.promql.storage import SeriesSet, series_set
+from loadwatcher.promql.values import Labels
+
+ROLLUP_NAMES: dict[Resource, str] = {
+    r: f"loadwatcher_node_{r.value}_utilisation_ratio" for r in Resource
+}
+RAW_NAMES: dict[Resource, str] = {
+    Resource.CPU: "instance:node_cpu:ratio",
+    Resource.MEMORY: "instance:node_memory_utilisation:ratio",
+    Resource.NETWORK: "instance:node_network_utilisation:ratio",
+    Resource.DISK: "instance:node_disk_utilisation:ratio",
+    Resource.ENERGY: "instance:node_energy_utilisation:ratio",
+}
+
+
+def _quality(snap: Snapshot, node: str, resource: Resource) -> str:
+    tags = snap.tags.get(node, {})
+    detail = tags.get("detail") or {}
+    return str(detail.get(str(resource), tags.get("quality", "ok")))
+
+
+def rollups(snap: Snapshot) -> SeriesSet:
+    """Every rollup of the snapshot as a series with one sample at its time."""
+    at = round(snap.taken_at * 1000)
+    labels: list[Labels] = []
+    vals: list[float] = []
+    for window, stats in snap.windows.items():
+        w = ("window", window)
+        for op in stats.operators:
+            operator = ("operator", op.value.lower())
+            for sid, v in zip(stats.sids.tolist(), stats.values[op].tolist(), strict=True):
+                if v != v:  # NaN: no value to serve
+                    continue
+                node, resource = snap.keys[sid]
+                labels.append(
+                    (
+                        ("__name__", ROLLUP_NAMES[resource]),
+                        ("instance", node),
+                        operator,
+                        ("quality", _quality(snap, node, resource)),
+                        w,
+                    )
+                )
+                vals.append(v / 100.0)
+    n = len(labels)
+    return series_set(
+        labels, np.ones(n, np.int64), np.full(n, at, np.int64), np.array(vals, np.float64)
+    )
+
+
+def raw(keys: Sequence[tuple[str, Resource]], cols: Columns) -> SeriesSet:
+    """The store's samples (in (series, time) order, its invariant), one series per key."""
+    if len(cols) == 0:
+        return series_set([], np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0))
+    sid = cols.sid.astype(np.int64)
+    firsts = np.flatnonzero(np.concatenate(([True], sid[1:] != sid[:-1])))
+    lengths = np.diff(np.append(firsts, sid.shape[0]))
+    labels: list[Labels] = []
+    for s in sid[firsts].tolist():
+        node, resource = keys[s]
+        labels.append((("__name__", RAW_NAMES[resource]), ("instance", node)))
+    ts = np.round(cols.ts * 1000.0).astype(np.int64)
+    return series_set(labels, lengths, ts, cols.val / 100.0)
+
+
+class Sources:
+    """The series sets of the newest snapshot and store columns, built once for each (the
+    rollups at 5,000 nodes are a quarter of a million series) and reused while they last.
+    Safe to call from several threads: a race builds twice, never wrongly."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._snap: tuple[Snapshot, SeriesSet] | None = None
+        self._raw: tuple[Columns, int, SeriesSet] | None = None
+
+    def sets(
+        self, snap: Snapshot | None, held: tuple[Sequence[tuple[str, Resource]], Columns] | None
+    ) -> list[SeriesSet]:
+        out: list[SeriesSet] = []
+        if snap is not None:
+            with self._lock:
+                cached = self._snap
+            if cached is None or cached[0] is not snap:
+                cached = (snap, rollups(snap))
+                with self._lock:
+                    self._snap = cached
+            out.append(cached[1])
+        if held is not None:
+            keys, cols = held
+            with self._lock:
+                got = self._raw
+            if got is None or got[0] is not cols or got[1] != len(keys):
+                got = (cols, len(keys), raw(keys, cols))
+                with self._lock:
+                    self._raw = got
+            out.append(got[2])
+        return out
