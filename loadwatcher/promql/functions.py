@@ -8,6 +8,7 @@ the metric name, as Prometheus's do.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 
@@ -83,7 +84,7 @@ def _label_replace(v: Vector, dst: str, replacement: str, src: str, regex: str) 
     return merged(Vector(labels, v.values, v.present))
 
 
-def _expand(m: re.Match[str], template: str) -> str:
+def _expand(m: Any, template: str) -> str:
     def one(t: re.Match[str]) -> str:
         if t.group(1):
             return "$"

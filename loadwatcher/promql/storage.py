@@ -10,13 +10,14 @@ are each one ``searchsorted``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
+from typing import Any
 
 import numpy as np
 import promql_parser
+import re2
 
 from loadwatcher._types import BoolArray, FloatArray, IntArray
 from loadwatcher.promql.values import METRIC_NAME, ErrorType, Labels, QueryError
@@ -25,15 +26,28 @@ from loadwatcher.promql.values import METRIC_NAME, ErrorType, Labels, QueryError
 _KEY_SHIFT = 1 << 42
 
 
+def _options() -> Any:
+    options = re2.Options()
+    options.log_errors = False  # a client's bad pattern is its error, not the log's
+    return options
+
+
+_RE2_OPTIONS = _options()
+
+
 @lru_cache(maxsize=256)
-def compiled(pattern: str) -> re.Pattern[str]:
-    """A label matcher's regular expression, anchored at both ends as Prometheus's are."""
+def compiled(pattern: str) -> Any:
+    """A label matcher's regular expression, matched whole as Prometheus anchors them.
+
+    RE2, as Go's ``regexp`` that Prometheus uses: the same syntax, and time linear in the
+    text whatever the pattern (a client's pattern cannot stall a worker thread).
+    """
     try:
-        # Prometheus 2 compiles ``^(?:pattern)$`` without the s flag: ``.`` stops at a newline.
-        return re.compile(pattern)
-    except re.error as exc:
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0].decode(errors="replace") if exc.args else ""
         raise QueryError(
-            ErrorType.BAD_DATA, f"invalid regular expression {pattern!r}: {exc}"
+            ErrorType.BAD_DATA, f"invalid regular expression {pattern!r}: {reason}"
         ) from None
 
 

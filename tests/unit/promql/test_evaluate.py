@@ -257,3 +257,23 @@ def test_any_text_is_an_answer_or_a_query_error(text: str) -> None:
 def test_far_offsets_and_ranges_stay_in_range(query: str) -> None:
     out = instant(query)
     assert out["resultType"] in ("vector", "matrix")
+
+
+def test_a_pathological_regex_takes_linear_time() -> None:
+    """A pattern that backtracks exponentially in Python's re (``(a*)*b`` against a long run
+    of a's) is RE2 here, as in Go: it answers at once instead of stalling a worker."""
+    long_name = "a" * 5_000
+    data = [({"__name__": "cpu", "instance": long_name}, [0], [0.5])]
+    started = time.monotonic()
+    out = evaluate.instant([make_set(data)], 'cpu{instance=~"(a*)*b"}', T0, budget())
+    assert render.data(out)["result"] == []
+    assert time.monotonic() - started < 1.0
+
+
+def test_regex_syntax_is_go_s() -> None:
+    """RE2 as Go's regexp: no backreferences (a bad_data error), ``.`` stops at a newline."""
+    with pytest.raises(QueryError) as err:
+        instant('cpu{instance=~"(a)\\\\1"}')
+    assert err.value.kind is ErrorType.BAD_DATA
+    assert "regex" in err.value.message  # the parser refuses it, as Prometheus's
+    assert not storage.Matcher("x", "=~", ".").matches("\n")
