@@ -3,7 +3,7 @@
 Prometheus 2 semantics: an instant selector at ``t`` takes each series' newest sample in
 ``[t - offset - lookback, t - offset]``; a range selector ``[r]`` the samples in
 ``[t - offset - r, t - offset]`` (both ends closed); a ``*_over_time`` result is present
-where the window holds a sample, and drops the metric name.
+where the window holds a sample, and drops the metric name (but ``last_over_time``'s).
 
 The windows of every (series, step) pair are gathered into one flat array of the samples
 they touch (a sample in several windows is counted in each, as Prometheus counts it), so
@@ -149,7 +149,9 @@ def over_time(
         if bool(ok.any()):
             q = None if param is None else np.broadcast_to(param[None, :], count.shape)[ok]
             out[ok] = _reduce(func, s.values, lo[ok], count[ok], q)
-        labels.extend(without_name(s.labels[r]) for r in rows.tolist())
+        # Prometheus 2.42 keeps the name of last_over_time's series only.
+        keep = func == "last_over_time"
+        labels.extend(s.labels[r] if keep else without_name(s.labels[r]) for r in rows.tolist())
         values.append(out)
         present.append(ok)
     if not labels:

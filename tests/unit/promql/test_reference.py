@@ -160,7 +160,9 @@ def test_over_time(series, steps, func, range_ms, q) -> None:
     query = f"{func}({arg}m[{range_ms // 1000}s])"
     want = {}
     for lab, ts, vs in series:
-        name_free = values.without_name(values.labels_of(lab))
+        name_free = values.labels_of(lab)
+        if func != "last_over_time":
+            name_free = values.without_name(name_free)
         for t in steps_of(*steps):
             window = ref_window(ts, vs, t, range_ms)
             if window:
