@@ -14,6 +14,7 @@ import numpy as np
 import promql_parser
 
 from loadwatcher._types import FloatArray, IntArray
+from loadwatcher.promql import folds
 from loadwatcher.promql.selectors import quantile_of_sorted
 from loadwatcher.promql.values import (
     METRIC_NAME,
@@ -72,10 +73,10 @@ def aggregate(
     firsts = np.flatnonzero(np.concatenate(([True], segment[1:] != segment[:-1])))
     count = np.diff(np.append(firsts, segment.shape[0]))
     seg = segment[firsts]
-    if op == "sum":
-        out = np.add.reduceat(vals, firsts)
+    if op == "sum":  # in the input's order, as Prometheus adds
+        out = folds.total(vals, firsts, count)
     elif op == "avg":
-        out = np.add.reduceat(vals, firsts) / count
+        out = folds.mean(vals, firsts, count)
     elif op == "count":
         out = count.astype(np.float64)
     elif op == "min":  # NaN only where every value is, as Prometheus

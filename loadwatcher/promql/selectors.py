@@ -19,6 +19,7 @@ import numpy as np
 import promql_parser
 
 from loadwatcher._types import FloatArray, IntArray
+from loadwatcher.promql import folds
 from loadwatcher.promql.storage import SeriesSet, matchers_of
 from loadwatcher.promql.values import (
     Budget,
@@ -84,7 +85,17 @@ def instant(
         present.append(ok)
     if not labels:
         return Vector.empty(steps.shape[0])
-    return Vector(labels, np.concatenate(values), np.concatenate(present)).pruned()
+    vec = Vector(labels, np.concatenate(values), np.concatenate(present))
+    return in_label_order(vec, labels).pruned()
+
+
+def in_label_order(vec: Vector, full: list[Labels]) -> Vector:
+    """The rows sorted by their series' labels, the order Prometheus's index gives them
+    and so the order its sums and means add them in."""
+    order = sorted(range(len(full)), key=full.__getitem__)
+    if order == list(range(len(full))):
+        return vec
+    return vec.rows(order)
 
 
 def raw(
@@ -134,6 +145,7 @@ def over_time(
     ref = steps - _offset(sel)
     range_ms = ms(node.range)
     labels: list[Labels] = []
+    full: list[Labels] = []
     values: list[FloatArray] = []
     present = []
     for s in storage:
@@ -141,6 +153,7 @@ def over_time(
         if rows.shape[0] == 0:
             continue
         budget.spend(rows.shape[0] * steps.shape[0])
+        full.extend(s.labels[r] for r in rows.tolist())
         lo, hi = s.window(rows, ref, range_ms)
         count = hi - lo
         ok = count > 0
@@ -156,7 +169,8 @@ def over_time(
         present.append(ok)
     if not labels:
         return Vector.empty(steps.shape[0])
-    vec = Vector(labels, np.concatenate(values), np.concatenate(present)).pruned()
+    vec = Vector(labels, np.concatenate(values), np.concatenate(present))
+    vec = in_label_order(vec, full).pruned()
     no_same_labels(vec)
     return vec
 
@@ -177,17 +191,15 @@ def _reduce(
     np.cumsum(count[:-1], out=firsts[1:])
     flat = values[np.repeat(lo - firsts, count) + np.arange(int(count.sum()))]
     if func == "sum_over_time":
-        return np.add.reduceat(flat, firsts)
+        return folds.compensated_total(flat, firsts, count)
     if func == "avg_over_time":
-        return np.add.reduceat(flat, firsts) / n
+        return folds.compensated_mean(flat, firsts, count)
     if func == "min_over_time":  # NaN only where every sample is NaN, as Prometheus
         return np.fmin.reduceat(flat, firsts)
     if func == "max_over_time":
         return np.fmax.reduceat(flat, firsts)
     if func in ("stddev_over_time", "stdvar_over_time"):
-        mean = np.add.reduceat(flat, firsts) / n
-        dev = flat - np.repeat(mean, count)
-        var = np.add.reduceat(dev * dev, firsts) / n
+        var = folds.compensated_variance(flat, firsts, count)
         return np.sqrt(var) if func == "stddev_over_time" else var
     if func == "quantile_over_time":
         assert q is not None

@@ -7,15 +7,17 @@ The same remote-write body goes to Prometheus's receiver (``--web.enable-remote-
 receiver``) and to the service's (in-process, ``provider.name: push``). The samples run
 over 14 minutes at about 15 s with millisecond jitter; one node stops 7 minutes before the
 end (it leaves the lookback), one starts 3 minutes before it; values are multiples of
-1/64, exact through the service's percent, and distinct across nodes at each time so that
-``topk``'s choice is defined. Values compare to 1e-9 relative (Prometheus's Kahan-style
-means differ in the last bits from a plain sum).
+about n/61 (so that sums and means round in their last bits), exact through the service's
+percent, and distinct across nodes at each time so that ``topk``'s choice is defined.
+Values compare exactly: the evaluator adds in Prometheus's order with its compensated
+sums, so the answers agree to the last bit, as text.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -23,7 +25,7 @@ from typing import Any
 import aiohttp
 import cramjam
 import pytest
-from backends import Server, get_json
+from backends import Server, get_json, require_binary
 from remote_write import push, write_request
 from service import settings
 
@@ -36,6 +38,15 @@ CPU, MEM = "instance:node_cpu:ratio", "instance:node_memory_utilisation:ratio"
 NODES = [f"node-{i}" for i in range(6)]
 
 
+def ratio(n: int) -> float:
+    """About n/61: a value whose last bits sums and means round, but that the service's
+    percent gives back exactly (x · 100 / 100 == x holds for most doubles, not all)."""
+    v = n / 61
+    while v * 100.0 / 100.0 != v:
+        v = math.nextafter(v, 1.0)
+    return v
+
+
 def samples(end: int) -> list[tuple[str, dict[str, str], list[tuple[float, float]]]]:
     out = []
     for i, node in enumerate(NODES):
@@ -46,8 +57,8 @@ def samples(end: int) -> list[tuple[str, dict[str, str], list[tuple[float, float
                 continue
             if node == "node-5" and t < end - 180:
                 continue
-            cpu.append((t, ((7 * i + 3 * k) % 61 + 1) / 64))
-            mem.append((t, ((5 * i + 11 * k) % 59 + 2) / 64))
+            cpu.append((t, ratio((7 * i + 3 * k) % 61 + 1)))
+            mem.append((t, ratio((5 * i + 11 * k) % 59 + 2)))
         out.append((CPU, {"instance": node}, cpu))
         out.append((MEM, {"instance": node}, mem))
     return out
@@ -202,7 +213,7 @@ def assert_values_one(a: Any, b: Any, query: str) -> None:
     if isinstance(b, str) or isinstance(a, str):
         assert a == b, query
     else:
-        assert a == pytest.approx(b, rel=1e-9, abs=1e-12), query
+        assert a == b, query
 
 
 def both(pair: Pair, path: str, params: dict[str, str]) -> tuple[Any, Any]:
@@ -293,7 +304,7 @@ async def test_prometheus_api_client_reads_every_endpoint(pair: Pair) -> None:
         assert series == [{"__name__": CPU, "instance": "node-1"}]
         now = client.custom_query(f'{CPU}{{instance="node-1"}}', params={"time": pair.end})
         # Sample 56 is at end + its jitter, after the query's time: sample 55 answers.
-        assert now[0]["value"][1] == str(((7 * 1 + 3 * 55) % 61 + 1) / 64)
+        assert now[0]["value"][1] == str(ratio((7 * 1 + 3 * 55) % 61 + 1))
         ranged = client.custom_query_range(
             f'{MEM}{{instance="node-2"}}',
             start_time=_dt(pair.end - 60),
@@ -313,3 +324,30 @@ def _dt(t: float) -> Any:
     from datetime import UTC, datetime
 
     return datetime.fromtimestamp(t, UTC)
+
+
+async def test_promtool_reads_the_service_as_it_reads_prometheus(pair: Pair) -> None:
+    """``promtool query`` (Prometheus's own Go client: POST form bodies) prints the same
+    lines for the service as for Prometheus."""
+    promtool = require_binary("promtool")
+    at, start = str(pair.end), str(pair.end - 120)
+    commands = [
+        ["instant", f"--time={at}", "{server}", f'{CPU}{{instance=~"node-[0-3]"}}'],
+        ["instant", f"--time={at}", "{server}", f"topk(2, avg_over_time({MEM}[5m]))"],
+        ["instant", f"--time={at}", "{server}", "1 + time()"],
+        ["range", f"--start={start}", f"--end={at}", "--step=30s", "{server}", f"sum({CPU})"],
+        ["series", f"--match={CPU}", "{server}"],
+        ["labels", f"--match={MEM}", "{server}", "instance"],
+    ]
+
+    def run(server: str, args: list[str]) -> list[str]:
+        argv = [promtool, "query", *(a.replace("{server}", server) for a in args)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+        assert done.returncode == 0, (argv, done.stderr)
+        return sorted(done.stdout.splitlines())
+
+    for args in commands:
+        ours = await asyncio.to_thread(run, pair.service, args)
+        theirs = await asyncio.to_thread(run, pair.prom.url, args)
+        assert ours == theirs, args
+        assert ours, args
