@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from typing import overload
 
 import numpy as np
 
+from loadwatcher._types import IntArray
 from loadwatcher.model import Columns, Resource
 from loadwatcher.pipeline.snapshot import Snapshot
-from loadwatcher.promql.storage import SeriesSet, series_set
+from loadwatcher.promql.storage import Index, SeriesSet, series_set
 from loadwatcher.promql.values import Labels
 
 ROLLUP_NAMES: dict[Resource, str] = {
@@ -48,32 +50,77 @@ def _quality(snap: Snapshot, node: str, resource: Resource) -> str:
     return str(detail.get(str(resource), tags.get("quality", "ok")))
 
 
+def _codes(values: list[str]) -> tuple[list[str], IntArray]:
+    """The distinct values (in first-seen order) and each one's code."""
+    seen: dict[str, int] = {}
+    codes = np.fromiter((seen.setdefault(v, len(seen)) for v in values), np.int64, len(values))
+    return list(seen), codes
+
+
+class _Labels(Sequence[Labels]):
+    """The rollups' label sets, each built when asked: a quarter of a million tuples at
+    5,000 nodes would cost more than most queries that read a few of them."""
+
+    def __init__(self, columns: list[tuple[str, list[str], IntArray]]) -> None:
+        self._columns = columns  # (label name, distinct values, each row's code), by name
+
+    def __len__(self) -> int:
+        return int(self._columns[0][2].shape[0])
+
+    @overload
+    def __getitem__(self, i: int) -> Labels: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Labels]: ...
+
+    def __getitem__(self, i: int | slice) -> Labels | Sequence[Labels]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        return tuple((name, values[codes[i]]) for name, values, codes in self._columns)
+
+
 def rollups(snap: Snapshot) -> SeriesSet:
     """Every rollup of the snapshot as a series with one sample at its time."""
     at = round(snap.taken_at * 1000)
-    labels: list[Labels] = []
-    vals: list[float] = []
-    for window, stats in snap.windows.items():
-        w = ("window", window)
+    nodes, node_of_sid = _codes([node for node, _ in snap.keys])
+    names, name_of_sid = _codes([ROLLUP_NAMES[r] for _, r in snap.keys])
+    qualities, quality_of_sid = _codes([_quality(snap, n, r) for n, r in snap.keys])
+    sids, ops, wins, vals = [], [], [], []
+    operators: list[str] = []
+    windows = list(snap.windows)
+    for w, stats in enumerate(snap.windows.values()):
         for op in stats.operators:
-            operator = ("operator", op.value.lower())
-            for sid, v in zip(stats.sids.tolist(), stats.values[op].tolist(), strict=True):
-                if v != v:  # NaN: no value to serve
-                    continue
-                node, resource = snap.keys[sid]
-                labels.append(
-                    (
-                        ("__name__", ROLLUP_NAMES[resource]),
-                        ("instance", node),
-                        operator,
-                        ("quality", _quality(snap, node, resource)),
-                        w,
-                    )
-                )
-                vals.append(v / 100.0)
-    n = len(labels)
+            if op.value.lower() not in operators:
+                operators.append(op.value.lower())
+            sids.append(stats.sids.astype(np.int64))
+            vals.append(stats.values[op])
+            ops.append(np.full(stats.sids.shape[0], operators.index(op.value.lower())))
+            wins.append(np.full(stats.sids.shape[0], w))
+    if not sids:
+        return series_set([], np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0))
+    sid = np.concatenate(sids)
+    value = np.concatenate(vals)
+    keep = ~np.isnan(value)  # no value to serve
+    sid, value = sid[keep], value[keep]
+    columns = [
+        ("__name__", names, name_of_sid[sid]),
+        ("instance", nodes, node_of_sid[sid]),
+        ("operator", operators, np.concatenate(ops)[keep]),
+        ("quality", qualities, quality_of_sid[sid]),
+        ("window", windows, np.concatenate(wins)[keep]),
+    ]
+    index: Index = {}
+    for name, distinct, codes in columns:
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(len(distinct) + 1))
+        index[name] = {
+            v: order[bounds[k] : bounds[k + 1]]
+            for k, v in enumerate(distinct)
+            if bounds[k + 1] > bounds[k]
+        }
+    n = int(sid.shape[0])
     return series_set(
-        labels, np.ones(n, np.int64), np.full(n, at, np.int64), np.array(vals, np.float64)
+        _Labels(columns), np.ones(n, np.int64), np.full(n, at, np.int64), value / 100.0, index
     )
 
 

@@ -96,18 +96,37 @@ def matchers_of(selector: promql_parser.VectorSelector) -> list[Matcher]:
     return out
 
 
+# Per label name, per value, the rows that have it.
+Index = dict[str, dict[str, "IntArray | list[int]"]]
+
+
 @dataclass(frozen=True)
 class SeriesSet:
-    labels: list[Labels]
+    """Series ``i``: labels ``labels[i]`` (any sequence: a large set may build each tuple
+    when asked), samples ``ts[starts[i]:starts[i + 1]]``. ``index`` is built from the
+    labels unless given."""
+
+    labels: Sequence[Labels]
     starts: IntArray
     ts: IntArray
     values: FloatArray
-    _index: dict[str, dict[str, list[int]]] = field(default_factory=dict, compare=False)
+    index: Index | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
+        if self.index is not None:
+            return
+        index: Index = {}
         for row, lab in enumerate(self.labels):
             for name, value in lab:
-                self._index.setdefault(name, {}).setdefault(value, []).append(row)
+                rows = index.setdefault(name, {}).setdefault(value, [])
+                assert isinstance(rows, list)
+                rows.append(row)
+        object.__setattr__(self, "index", index)
+
+    @property
+    def _index(self) -> Index:
+        assert self.index is not None
+        return self.index
 
     @cached_property
     def keys(self) -> IntArray:
@@ -172,9 +191,13 @@ class SeriesSet:
 
 
 def series_set(
-    labels: list[Labels], lengths: IntArray, ts: IntArray, values: FloatArray
+    labels: Sequence[Labels],
+    lengths: IntArray,
+    ts: IntArray,
+    values: FloatArray,
+    index: Index | None = None,
 ) -> SeriesSet:
     """A set from flat columns: series ``i`` owns ``lengths[i]`` samples, ascending in time."""
     starts = np.zeros(len(labels) + 1, np.int64)
     np.cumsum(lengths, out=starts[1:])
-    return SeriesSet(labels, starts, ts.astype(np.int64, copy=False), values)
+    return SeriesSet(labels, starts, ts.astype(np.int64, copy=False), values, index)
