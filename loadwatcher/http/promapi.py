@@ -14,6 +14,7 @@ capped in samples touched, series returned and seconds (``promql.values.Limits``
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import re
 import time
@@ -142,7 +143,7 @@ def _budget(form: MultiDictProxy[str]) -> Budget:
         asked = parse_duration(form["timeout"], "timeout") / 1000
         if asked > 0:
             timeout_s = min(timeout_s, asked)
-    limits = Limits(LIMITS.max_samples, LIMITS.max_series, timeout_s, LIMITS.lookback_ms)
+    limits = dataclasses.replace(LIMITS, timeout_s=timeout_s)
     return Budget(limits, time.monotonic)
 
 

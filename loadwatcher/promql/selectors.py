@@ -31,6 +31,9 @@ from loadwatcher.promql.values import (
     without_name,
 )
 
+# The most samples one block of windows gathers at once (8 bytes each, a few copies).
+CHUNK = 1 << 20
+
 OVER_TIME = (
     "avg_over_time",
     "min_over_time",
@@ -78,7 +81,7 @@ def instant(
         rows = s.select(matchers)
         if rows.shape[0] == 0:
             continue
-        budget.spend(rows.shape[0] * steps.shape[0])
+        budget.hold(rows.shape[0] * steps.shape[0])
         idx, ok = s.latest(rows, ref, budget.limits.lookback_ms)
         labels.extend(s.labels[r] for r in rows.tolist())
         values.append(np.where(ok, s.values[idx], 0.0))
@@ -152,16 +155,27 @@ def over_time(
         rows = s.select(matchers)
         if rows.shape[0] == 0:
             continue
-        budget.spend(rows.shape[0] * steps.shape[0])
+        budget.hold(rows.shape[0] * steps.shape[0])
         full.extend(s.labels[r] for r in rows.tolist())
         lo, hi = s.window(rows, ref, range_ms)
         count = hi - lo
         ok = count > 0
         budget.spend(int(count.sum()))
         out = np.zeros(count.shape)
-        if bool(ok.any()):
-            q = None if param is None else np.broadcast_to(param[None, :], count.shape)[ok]
-            out[ok] = _reduce(func, s.values, lo[ok], count[ok], q)
+        # The windows in row-major order, a block at a time: the samples gathered at once
+        # stay near CHUNK whatever the series, steps and ranges.
+        windows = np.flatnonzero(ok.ravel())
+        lo_w, count_w = lo.ravel()[windows], count.ravel()[windows]
+        q_w = (
+            None if param is None else np.broadcast_to(param[None, :], count.shape).ravel()[windows]
+        )
+        cuts = np.searchsorted(np.cumsum(count_w), np.arange(CHUNK, int(count_w.sum()), CHUNK))
+        flat_out = out.ravel()
+        for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), windows.shape[0]], strict=True):
+            if b > a:
+                q = None if q_w is None else q_w[a:b]
+                flat_out[windows[a:b]] = _reduce(func, s.values, lo_w[a:b], count_w[a:b], q)
+            budget.check_time()
         # Prometheus 2.42 keeps the name of last_over_time's series only.
         keep = func == "last_over_time"
         labels.extend(s.labels[r] if keep else without_name(s.labels[r]) for r in rows.tolist())

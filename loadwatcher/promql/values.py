@@ -119,10 +119,12 @@ Value = Scalar | Text | Vector | Points
 
 @dataclass(frozen=True)
 class Limits:
-    """What one query may cost: samples touched (the points every selector and range
-    window reads, summed), series in the answer, and seconds of evaluation."""
+    """What one query may cost: samples read by its range windows (a sample in several
+    windows counts in each), points held (the series × steps of every instant vector it
+    builds, summed: what its memory grows with), series in the answer, and seconds."""
 
-    max_samples: int = 5_000_000
+    max_samples: int = 50_000_000  # Prometheus's --query.max-samples
+    max_points: int = 4_000_000
     max_series: int = 50_000
     timeout_s: float = 10.0
     lookback_ms: int = 300_000
@@ -136,6 +138,7 @@ class Budget:
     clock: Callable[[], float]
     deadline: float = field(init=False)
     samples: int = 0
+    points: int = 0
 
     def __post_init__(self) -> None:
         self.deadline = self.clock() + self.limits.timeout_s
@@ -147,6 +150,18 @@ class Budget:
                 ErrorType.EXECUTION,
                 "query processing would load too many samples into memory in query "
                 f"execution (more than {self.limits.max_samples})",
+            )
+        self.check_time()
+
+    def hold(self, points: int) -> None:
+        """``points`` more (series × steps) before they are allocated."""
+        self.points += points
+        if self.points > self.limits.max_points:
+            raise QueryError(
+                ErrorType.EXECUTION,
+                "query processing would load too many samples into memory in query "
+                f"execution (more than {self.limits.max_points} series × steps): raise the "
+                "step, shorten the range or narrow the selectors",
             )
         self.check_time()
 

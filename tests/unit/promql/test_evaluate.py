@@ -210,11 +210,20 @@ def test_execution_errors_as_prometheus_raises_them(query: str, message: str) ->
 
 
 def test_sample_cap_is_an_execution_error() -> None:
-    assert instant("max_over_time(cpu[1m])", max_samples=12)["result"]  # 3 cells + 9 samples
+    assert instant("max_over_time(cpu[1m])", max_samples=9)["result"]  # 3 windows of 3
     with pytest.raises(QueryError) as err:
-        instant("max_over_time(cpu[1m])", max_samples=11)
+        instant("max_over_time(cpu[1m])", max_samples=8)
     assert err.value.kind is ErrorType.EXECUTION
     assert "too many samples" in err.value.message
+
+
+def test_point_cap_is_an_execution_error() -> None:
+    """Series × steps are held before they are built: a cap on the query's memory."""
+    assert instant("cpu * 2", max_points=3)["result"]
+    with pytest.raises(QueryError) as err:
+        evaluate.range_query([make_set()], "cpu", T0, T0 + 1000, 1000, budget(max_points=5))
+    assert err.value.kind is ErrorType.EXECUTION
+    assert "series × steps" in err.value.message
 
 
 def test_series_cap_is_an_execution_error() -> None:
@@ -283,3 +292,19 @@ def test_regex_syntax_is_go_s() -> None:
 @given(st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=20))
 def test_values_written_in_bulk_as_one_by_one(xs: list[float]) -> None:
     assert render.numbers(np.array(xs, np.float64)) == [render.number(x) for x in xs]
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    st.text(st.sampled_from(list("ab-.*|\\:\n")), max_size=8),
+    st.text(st.sampled_from(list("ab-.:\n")), max_size=6),
+)
+def test_matcher_shortcuts_agree_with_re2(pattern: str, value: str) -> None:
+    """The set and prefix shortcuts for ``a|b`` and ``prefix.*`` answer as RE2 does."""
+    try:
+        regex = storage.compiled(pattern)
+    except QueryError:
+        return
+    assert storage.Matcher("l", "=~", pattern).matches(value) == (
+        regex.fullmatch(value) is not None
+    )

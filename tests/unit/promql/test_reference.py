@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import math
 import time
+from unittest import mock
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from loadwatcher.promql import evaluate, storage, values
+from loadwatcher.promql import evaluate, selectors, storage, values
 
 GRID_MS = 5_000
 VALUES = st.sampled_from([0.0, 0.25, 0.5, 0.5, 0.75, 1.0, 0.1, 0.3])
@@ -154,8 +155,20 @@ def test_instant_selector(series, steps, offset) -> None:
     ),
     st.sampled_from([5_000, 30_000, 60_000]),
     st.sampled_from([0.0, 0.3, 0.5, 0.9, 1.0, -1.0, 2.0]),
+    st.sampled_from([2, 7, 1 << 20]),
 )
-def test_over_time(series, steps, func, range_ms, q) -> None:
+@example(
+    series=[
+        ({"__name__": "m", "instance": "n0", "zone": "a"}, [0, 5_000, 10_000], [0.1, 0.3, 0.5])
+    ],
+    steps=(0, 5_000, 4),
+    func="avg_over_time",
+    range_ms=30_000,
+    q=0.5,
+    chunk=2,
+)
+def test_over_time(series, steps, func, range_ms, q, chunk) -> None:
+    """Also with the windows gathered a few samples at a time (``CHUNK``)."""
     arg = f"{q}, " if func == "quantile_over_time" else ""
     query = f"{func}({arg}m[{range_ms // 1000}s])"
     want = {}
@@ -167,7 +180,8 @@ def test_over_time(series, steps, func, range_ms, q) -> None:
             window = ref_window(ts, vs, t, range_ms)
             if window:
                 want[(name_free, t)] = ref_over_time(func, window, q)
-    assert_same(run(series, query, *steps), want)
+    with mock.patch.object(selectors, "CHUNK", chunk):
+        assert_same(run(series, query, *steps), want)
 
 
 @settings(max_examples=200, deadline=None)
