@@ -36,6 +36,7 @@ from loadwatcher.promql.values import Budget, ErrorType, Limits, QueryError
 
 MAX_CONCURRENT = 2  # the evaluator is CPU work: more at once only queue on the cores
 MAX_POINTS = 11_000  # per series in a range query, as Prometheus
+MAX_MATCHES = 64  # match[] selectors of one series/labels request: each is a pass over a set
 LIMITS = Limits()
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _HELD_TRIES, _HELD_WAIT_S = 50, 0.01
@@ -234,14 +235,21 @@ def _selected(
     sets: Sequence[SeriesSet], matches: list[str], start: int, end: int
 ) -> list[tuple[SeriesSet, Any]]:
     """Each set's rows matching any of ``match[]`` with a sample in ``[start, end]``."""
+    if len(matches) > MAX_MATCHES:
+        raise _bad(f'invalid parameter "match[]": at most {MAX_MATCHES} selectors at once')
+    selectors = []
+    for text in matches:
+        node = evaluate.parse(text)
+        if not isinstance(node, promql_parser.VectorSelector):
+            raise _bad(f'invalid parameter "match[]": {text!r} is not a series selector')
+        selectors.append(matchers_of(node))
+    budget = _budget(MultiDictProxy(MultiDict()))
     out = []
     for s in sets:
         hits = set()
-        for text in matches:
-            node = evaluate.parse(text)
-            if not isinstance(node, promql_parser.VectorSelector):
-                raise _bad(f'invalid parameter "match[]": {text!r} is not a series selector')
-            hits.update(s.select(matchers_of(node)).tolist())
+        for matchers in selectors:
+            budget.check_time()
+            hits.update(s.select(matchers).tolist())
         if hits:
             rows = s.with_samples_in(_array(sorted(hits)), start, end)
             out.append((s, rows))

@@ -18,6 +18,7 @@ from service import settings
 
 from loadwatcher import app
 from loadwatcher.http import api, promapi
+from loadwatcher.http.appkeys import PROMQL_KEY
 from loadwatcher.http.security import TokenFile
 from loadwatcher.promql.values import Limits
 from tests.unit.push.test_push_http import CPU, MEM, SNAPPY, T, write_request
@@ -252,3 +253,27 @@ async def test_readers_token_as_for_watcher(aiohttp_client: Any, tmp_path: Any) 
         "/api/v1/query", params={"query": "1"}, headers={"Authorization": "Bearer read-secret"}
     )
     assert resp.status == 200
+
+
+async def test_a_full_queue_is_a_timeout_and_many_selectors_are_refused(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two queries at a time: one that waits its turn past the time cap is a timeout, not
+    a growing queue; a series request with more selectors than the cap is bad_data."""
+    monkeypatch.setattr(promapi, "LIMITS", Limits(timeout_s=0.2))
+    await get(client, "/api/v1/query", query="1")  # the API's state exists
+    state = client.app[PROMQL_KEY]["state"]
+    await state.gate.acquire()
+    await state.gate.acquire()
+    try:
+        waited = await get(client, "/api/v1/query", 503, query="1")
+        assert waited["errorType"] == "timeout"
+        assert "queue" in waited["error"]
+    finally:
+        state.gate.release()
+        state.gate.release()
+    assert (await get(client, "/api/v1/query", query="1"))["status"] == "success"
+    many = [("match[]", f'{CPU}{{instance="n{i}"}}') for i in range(promapi.MAX_MATCHES + 1)]
+    resp = await client.get("/api/v1/series", params=many)
+    assert resp.status == 400
+    assert "at most" in (await resp.json())["error"]
