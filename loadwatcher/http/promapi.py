@@ -26,14 +26,18 @@ import numpy as np
 import orjson
 import promql_parser
 from aiohttp import web
+from isal import igzip
 from multidict import MultiDict, MultiDictProxy
 
 from loadwatcher import __version__
+from loadwatcher.http import negotiation
 from loadwatcher.http.appkeys import ENGINE_KEY, PROMQL_KEY
 from loadwatcher.promql import evaluate, render, series
 from loadwatcher.promql.storage import SeriesSet, matchers_of
 from loadwatcher.promql.values import Budget, ErrorType, Limits, QueryError
 
+GZIP_FROM_BYTES = 4096  # smaller answers go as they are: the header would outweigh the saving
+GZIP_LEVEL = 1  # as the published bodies (engine/published.py)
 MAX_CONCURRENT = 2  # the evaluator is CPU work: more at once only queue on the cores
 MAX_POINTS = 11_000  # per series in a range query, as Prometheus
 MAX_MATCHES = 64  # match[] selectors of one series/labels request: each is a pass over a set
@@ -170,13 +174,29 @@ async def _run(request: web.Request, work: Callable[[list[SeriesSet]], Any]) -> 
             await state.gate.acquire()
     except TimeoutError:
         return _error(ErrorType.TIMEOUT, "query timed out in query queue")
+    gzip = negotiation.accepts_gzip(request.headers.get("Accept-Encoding"))
     try:
         sets = await _sources(request)
-        return _answer(await asyncio.to_thread(work, sets))
+        body, packed = await asyncio.to_thread(_encoded, work, sets, gzip)
     except QueryError as exc:
         return _error(exc.kind, exc.message)
     finally:
         state.gate.release()
+    headers = {"Vary": "Accept-Encoding"}
+    if packed:
+        headers["Content-Encoding"] = "gzip"
+    return web.Response(body=body, headers=headers, content_type="application/json")
+
+
+def _encoded(
+    work: Callable[[list[SeriesSet]], Any], sets: list[SeriesSet], gzip: bool
+) -> tuple[bytes, bool]:
+    """The answer's body, gzip-compressed (off the event loop, as the rest) when the client
+    takes it and it is worth it."""
+    body = orjson.dumps({"status": "success", "data": work(sets)})
+    if gzip and len(body) > GZIP_FROM_BYTES:
+        return igzip.compress(body, GZIP_LEVEL), True
+    return body, False
 
 
 async def query(request: web.Request) -> web.Response:

@@ -9,6 +9,7 @@ times. Parity with a real Prometheus is tests/integration/test_promql_parity.py.
 
 from __future__ import annotations
 
+import gzip
 from typing import Any
 
 import pytest
@@ -277,3 +278,17 @@ async def test_a_full_queue_is_a_timeout_and_many_selectors_are_refused(
     resp = await client.get("/api/v1/series", params=many)
     assert resp.status == 400
     assert "at most" in (await resp.json())["error"]
+
+
+async def test_large_answers_are_gzip_compressed_when_asked(client: Client) -> None:
+    params = {"query": "loadwatcher_node_cpu_utilisation_ratio", "time": str(T + 2)}
+    packed = await client.get(
+        "/api/v1/query", params=params, headers={"Accept-Encoding": "gzip"}, auto_decompress=False
+    )
+    raw = await packed.read()
+    assert packed.headers["Content-Encoding"] == "gzip"
+    plain = await client.get(
+        "/api/v1/query", params=params, headers={"Accept-Encoding": "identity"}
+    )
+    assert "Content-Encoding" not in plain.headers
+    assert gzip.decompress(raw) == await plain.read()
