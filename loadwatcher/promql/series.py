@@ -152,7 +152,8 @@ class Sources:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # Reentrant: a finalizer may run (garbage collection) in a thread holding it.
+        self._lock = threading.RLock()
         self._sets: dict[int, tuple[weakref.ref[Any], int, SeriesSet]] = {}
 
     def _cached(self, source: Any, version: int, build: Callable[[], SeriesSet]) -> SeriesSet:
@@ -162,8 +163,9 @@ class Sources:
         if entry is not None and entry[0]() is source and entry[1] == version:
             return entry[2]
         built = build()
+        entry = (weakref.ref(source), version, built)
         with self._lock:
-            self._sets[key] = (weakref.ref(source), version, built)
+            self._sets[key] = entry
         weakref.finalize(source, self._drop, key)
         return built
 
