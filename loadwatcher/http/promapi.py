@@ -161,6 +161,10 @@ async def _sources(request: web.Request) -> list[SeriesSet]:
         if held is not None:
             break
         await asyncio.sleep(_HELD_WAIT_S)
+    if held is None:  # never an answer without the samples: the client may ask again
+        raise QueryError(
+            ErrorType.TIMEOUT, "the sample store is being renumbered; ask again in a moment"
+        )
     snap = pub.snapshot if pub is not None else None
     return await asyncio.to_thread(_state(request).sources.sets, snap, held)
 

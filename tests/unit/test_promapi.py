@@ -19,7 +19,7 @@ from service import settings
 
 from loadwatcher import app
 from loadwatcher.http import api, promapi
-from loadwatcher.http.appkeys import PROMQL_KEY
+from loadwatcher.http.appkeys import ENGINE_KEY, PROMQL_KEY
 from loadwatcher.http.security import TokenFile
 from loadwatcher.promql.values import Limits
 from tests.unit.push.test_push_http import CPU, MEM, SNAPPY, T, write_request
@@ -292,3 +292,16 @@ async def test_large_answers_are_gzip_compressed_when_asked(client: Client) -> N
     )
     assert "Content-Encoding" not in plain.headers
     assert gzip.decompress(raw) == await plain.read()
+
+
+async def test_no_answer_without_the_samples(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the store renumbers its series (``held`` is None) past the wait, the answer
+    is a retryable error, never an answer missing the raw samples."""
+    monkeypatch.setattr(promapi, "_HELD_TRIES", 2)
+    engine = client.app[ENGINE_KEY]
+    monkeypatch.setattr(engine.store, "held", lambda: None)
+    busy = await get(client, "/api/v1/query", 503, query=CPU, time=str(T))
+    assert busy["errorType"] == "timeout"
+    assert "renumbered" in busy["error"]
