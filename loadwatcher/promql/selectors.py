@@ -127,11 +127,17 @@ def raw(
                 ts.append(s.ts[a:b])
                 vals.append(s.values[a:b])
                 lengths.append(b - a)
+    order = sorted(range(len(labels)), key=labels.__getitem__)  # as Prometheus's index
     starts = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=starts[1:])
+    np.cumsum([lengths[i] for i in order], out=starts[1:])
     if not labels:
         return Points([], starts, np.empty(0, np.int64), np.empty(0))
-    return Points(labels, starts, np.concatenate(ts), np.concatenate(vals))
+    return Points(
+        [labels[i] for i in order],
+        starts,
+        np.concatenate([ts[i] for i in order]),
+        np.concatenate([vals[i] for i in order]),
+    )
 
 
 def over_time(

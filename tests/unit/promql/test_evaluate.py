@@ -308,3 +308,15 @@ def test_matcher_shortcuts_agree_with_re2(pattern: str, value: str) -> None:
     assert storage.Matcher("l", "=~", pattern).matches(value) == (
         regex.fullmatch(value) is not None
     )
+
+
+def test_series_come_in_label_order_whatever_the_store_order() -> None:
+    """Prometheus's index yields series sorted by labels; so do selectors here, whatever
+    order the store numbered them in (it is the order sums add in, and a raw answer's)."""
+    s = make_set(list(reversed(SERIES)))
+    b = budget()
+    raw = render.data(evaluate.instant([s], '{__name__=~".+"}[10m]', AT, b))
+    names = [tuple(sorted(r["metric"].items())) for r in raw["result"]]
+    assert names == sorted(names) and len(names) == 4
+    summed = render.data(evaluate.instant([s], "sum(cpu)", AT, b))
+    assert summed["result"][0]["value"][1] == instant("sum(cpu)")["result"][0]["value"][1]
