@@ -26,7 +26,13 @@ from loadwatcher.engine import Engine
 from loadwatcher.engine.published import Body
 from loadwatcher.engine.selfmetrics import CONTENT_TYPE
 from loadwatcher.http import negotiation, params, prepared, security
-from loadwatcher.http.appkeys import AUTH_KEY, ENCODINGS_KEY, ENGINE_KEY, RECEIVING_KEY
+from loadwatcher.http.appkeys import (
+    AUTH_KEY,
+    ENCODINGS_KEY,
+    ENGINE_KEY,
+    PROMQL_KEY,
+    RECEIVING_KEY,
+)
 from loadwatcher.http.params import NODE_NAME_PATTERN, BadRequest
 from loadwatcher.http.security import TokenFile
 from loadwatcher.model import WINDOWS
@@ -210,6 +216,29 @@ async def openapi_json(request: web.Request) -> web.Response:
     return web.Response(body=orjson.dumps(document), content_type="application/json")
 
 
+# The Prometheus query API (http/promapi.py): path, handler, whether POST is taken too.
+PROMETHEUS_ROUTES = (
+    ("/api/v1/query", "query", True),
+    ("/api/v1/query_range", "query_range", True),
+    ("/api/v1/series", "series", True),
+    ("/api/v1/labels", "labels", True),
+    ("/api/v1/label/{name}/values", "label_values", False),
+    ("/api/v1/status/buildinfo", "buildinfo", False),
+)
+
+
+def _prometheus(name: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        # Imported at the first query (as openapi): the parser and evaluator are for the
+        # few deployments that read the service as a Prometheus.
+        from loadwatcher.http import promapi
+
+        response: web.StreamResponse = await promapi.HANDLERS[name](request)
+        return response
+
+    return handler
+
+
 async def metrics(request: web.Request) -> web.Response:
     body = request.app[ENGINE_KEY].metrics.exposition()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
@@ -308,6 +337,11 @@ def make_app(
     app.router.add_get("/", status_page)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi_json)
+    app[PROMQL_KEY] = {}
+    for path, name, post in PROMETHEUS_ROUTES:
+        app.router.add_get(path, _prometheus(name))
+        if post:
+            app.router.add_post(path, _prometheus(name))
     if receiver is not None:
         receiver.add_routes(app)
     return app

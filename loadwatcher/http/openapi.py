@@ -8,6 +8,7 @@ from importlib import resources
 from typing import Any
 
 from loadwatcher import __version__
+from loadwatcher.http import openapi_promql
 from loadwatcher.http.params import NODE_NAME_PATTERN
 from loadwatcher.http.statuslist import DEFAULT_LIMIT, MAX_LIMIT
 from loadwatcher.http.statusrows import SORTS
@@ -303,5 +304,6 @@ def _spec(declared: tuple[PushProtocol, ...]) -> dict[str, Any]:
             }
         },
     }
+    document["paths"].update(openapi_promql.paths())
     document["paths"].update(push_paths(declared))
     return document

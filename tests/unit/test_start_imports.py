@@ -26,6 +26,8 @@ LATE = (
     "loadwatcher.http.charts",
     "loadwatcher.http.timeline",
     "loadwatcher.push.line_protocol",
+    "loadwatcher.http.promapi",
+    "promql_parser",
 )
 
 
