@@ -57,6 +57,13 @@ class Operator(StrEnum):
     MIN = "MIN"
 
 
+class Format(StrEnum):
+    """The two wire formats of ``/watcher``: the Go load-watcher's and the KEP's."""
+
+    DEFAULT = "default"
+    KEP = "kep"
+
+
 # Wire order inside a node's ``metrics``: the Go TargetLoadPacking plugin takes the *last*
 # CPU metric whose operator is AVG or Latest, and LoadVariationRiskBalancing lets AVG
 # override Latest, so Latest must come before AVG for both to read the window average.
@@ -86,7 +93,8 @@ class Window:
         for w in WINDOWS:
             if w.name == text:
                 return w
-        raise ValueError(f"unknown window {text!r}; expected one of 5m, 10m, 15m")
+        names = ", ".join(w.name for w in WINDOWS)
+        raise ValueError(f"unknown window {text!r}; expected one of {names}")
 
 
 WINDOWS: tuple[Window, ...] = (Window(300, "5m"), Window(600, "10m"), Window(900, "15m"))

@@ -19,8 +19,9 @@ from typing import Any
 import orjson
 
 from loadwatcher.errors import ClientError
+from loadwatcher.model import Operator
 
-OPERATORS = frozenset({"AVG", "STD", "Latest", "P50", "P90", "P95", "P99", "MAX", "MIN"})
+OPERATORS = frozenset(str(op) for op in Operator)
 _TYPES = {
     "cpu": "CPU",
     "memory": "Memory",

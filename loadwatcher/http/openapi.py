@@ -12,6 +12,7 @@ from loadwatcher.http import openapi_promql
 from loadwatcher.http.params import NODE_NAME_PATTERN
 from loadwatcher.http.statuslist import DEFAULT_LIMIT, MAX_LIMIT
 from loadwatcher.http.statusrows import SORTS
+from loadwatcher.model import WINDOWS, Format
 from loadwatcher.push.protocol import PushProtocol, QueryParam, Route, protocols
 
 
@@ -61,14 +62,14 @@ _WINDOW = {
     "name": "window",
     "in": "query",
     "required": False,
-    "schema": {"type": "string", "enum": ["5m", "10m", "15m"]},
+    "schema": {"type": "string", "enum": [w.name for w in WINDOWS]},
     "description": "rollup window; default 15m, falling back to 10m then 5m when empty",
 }
 _FORMAT = {
     "name": "format",
     "in": "query",
     "required": False,
-    "schema": {"type": "string", "enum": ["default", "kep"]},
+    "schema": {"type": "string", "enum": [str(f) for f in Format]},
 }
 _HOST_SCHEMA = {"type": "string", "pattern": NODE_NAME_PATTERN, "maxLength": 253}
 
@@ -253,7 +254,7 @@ def _spec(declared: tuple[PushProtocol, ...]) -> dict[str, Any]:
                             "name": "window",
                             "in": "query",
                             "required": False,
-                            "schema": {"type": "string", "enum": ["5m", "10m", "15m"]},
+                            "schema": {"type": "string", "enum": [w.name for w in WINDOWS]},
                             "description": "the window of the figures (default 15m)",
                         },
                         {

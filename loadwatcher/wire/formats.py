@@ -16,19 +16,13 @@ client treat a node as absent anyway).
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Any
 
 import orjson
 
 from loadwatcher.model import WINDOWS, Resource
+from loadwatcher.model import Format as Format  # where the wire code has always found it
 from loadwatcher.pipeline.snapshot import Snapshot
-
-
-class Format(StrEnum):
-    DEFAULT = "default"
-    KEP = "kep"
-
 
 _RESOURCE_ORDER = {r: i for i, r in enumerate(Resource)}
 

@@ -17,6 +17,7 @@ from loadwatcher.client import TOKEN_ENV, InvalidSnapshotError, Snapshot, access
 from loadwatcher.commandline import reader_gone
 from loadwatcher.config import parsers
 from loadwatcher.errors import ClientError, without_credentials
+from loadwatcher.model import WINDOWS, Format
 from loadwatcher.scoring import inputs
 from loadwatcher.scoring.nodes import NodeInput, merge_snapshot
 
@@ -115,13 +116,13 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--context", help="kubeconfig context (default: current-context)")
     p.add_argument(
         "--window",
-        choices=("5m", "10m", "15m"),
+        choices=tuple(w.name for w in WINDOWS),
         help="rollup window to fetch (default: the watcher's, the longest with data)",
     )
     p.add_argument(
         "--format",
         dest="fmt",
-        choices=("default", "kep"),
+        choices=tuple(str(f) for f in Format),
         default="default",
         help="watcher wire format to request (default: %(default)s)",
     )
