@@ -451,36 +451,27 @@ def _cpu_table(results: Results) -> list[str]:
     return lines
 
 
+_SECTION = re.compile(r"<!-- ([a-z-]+):start -->.*?<!-- \1:end -->", re.S)
+
+
+def kept_sections(old_text: str) -> list[str]:
+    """Every top-level ``<!-- name:start -->`` ... ``<!-- name:end -->`` section of the
+    file but the notes (written by other benchmarks: fast paths, push, the status page,
+    push bounds, the simulation, PromQL ...), in the file's order; the sections nested in
+    one come with it."""
+    return [m.group(0) for m in _SECTION.finditer(old_text) if m.group(1) != "notes"]
+
+
 def markdown(results: Results, old_text: str | None) -> str:
     notes = DEFAULT_NOTES
-    fastpaths = ""
-    push = ""
-    statuspage = ""
-    simulate = ""
+    kept: list[str] = []
     if old_text:
         match = re.search(
             re.escape(NOTES_START) + r"\n(.*?)\n" + re.escape(NOTES_END), old_text, re.S
         )
         if match:
             notes = match.group(1).strip()
-        kept = re.search(
-            re.escape(FASTPATHS_START) + r".*?" + re.escape(FASTPATHS_END), old_text, re.S
-        )
-        if kept:
-            fastpaths = kept.group(0)
-        pushed = re.search(re.escape(PUSH_START) + r".*?" + re.escape(PUSH_END), old_text, re.S)
-        if pushed:
-            push = pushed.group(0)
-        page = re.search(
-            re.escape(STATUSPAGE_START) + r".*?" + re.escape(STATUSPAGE_END), old_text, re.S
-        )
-        if page:
-            statuspage = page.group(0)
-        sim = re.search(
-            re.escape(SIMULATE_START) + r".*?" + re.escape(SIMULATE_END), old_text, re.S
-        )
-        if sim:
-            simulate = sim.group(0)
+        kept = kept_sections(old_text)
     s = results.settings
     m = results.machine
     out = [
@@ -612,14 +603,8 @@ def markdown(results: Results, old_text: str | None) -> str:
         notes,
         NOTES_END,
     ]
-    if fastpaths:
-        out += ["", fastpaths]
-    if push:
-        out += ["", push]
-    if statuspage:
-        out += ["", statuspage]
-    if simulate:
-        out += ["", simulate]
+    for section in kept:
+        out += ["", section]
     if results.errors:
         out += ["", "## Errors", "", *[f"- {e}" for e in results.errors]]
     return "\n".join(out) + "\n"
