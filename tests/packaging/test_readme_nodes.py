@@ -7,15 +7,14 @@ import json
 import re
 import shlex
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from backends import serving_json
 
 from loadwatcher.scoring.nodes import parse_nodes
 
@@ -64,26 +63,8 @@ def _watcher_doc(now: float) -> dict[str, Any]:
 
 @pytest.fixture
 def watcher() -> Iterator[str]:
-    body = json.dumps(_watcher_doc(time.time())).encode()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving_json(json.dumps(_watcher_doc(time.time())).encode()) as url:
+        yield url
 
 
 def test_readme_nodes_example_is_the_example_file_and_parses() -> None:

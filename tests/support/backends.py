@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import http.server
 import json
 import math
 import os
@@ -35,11 +36,12 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -850,3 +852,28 @@ class InfluxDBFactory(Protocol):
     def __call__(
         self, lines: str | None = None, *, db: str = "loadwatcher", precision: str = "s"
     ) -> Server: ...
+
+
+@contextlib.contextmanager
+def serving_json(body: bytes) -> Iterator[str]:
+    """A plain HTTP server on loopback answering every GET with ``body`` (JSON): a saved
+    watcher document standing in for a watcher. Yields its base URL."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from backends import serving_json
 from scoring_support import REPO
 
 from loadwatcher.scoring.cli import main, register
@@ -293,25 +294,8 @@ def test_malformed_case_subprocess(tmp_path: Path, case: str, message: str) -> N
 
 @pytest.fixture
 def http_watcher() -> Iterator[str]:
-    body = json.dumps(watcher_doc()).encode()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving_json(json.dumps(watcher_doc()).encode()) as url:
+        yield url
 
 
 def test_score_from_url_subprocess(http_watcher: str, files: dict[str, Path]) -> None:

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import threading
 from collections.abc import AsyncIterator, Callable
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 import pytest
 from aiohttp import web
+from backends import serving_json
 
 from loadwatcher.client import (
     InvalidSnapshotError,
@@ -261,24 +260,6 @@ def test_bad_url() -> None:
 
 
 def test_sync_wrapper() -> None:
-    body = json.dumps(default_doc()).encode()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        snap = fetch_snapshot(f"http://127.0.0.1:{server.server_port}", max_age_s=None)
+    with serving_json(json.dumps(default_doc()).encode()) as url:
+        snap = fetch_snapshot(url, max_age_s=None)
         assert "node-1" in snap.nodes
-    finally:
-        server.shutdown()
-        server.server_close()
