@@ -64,7 +64,14 @@ def cap_new_series(
     if not result.pushed:
         return error
     pushed = result.batches[len(result.batches) - result.pushed :]
-    return FetchResult(batches=pushed, errors=[*result.errors, error], pushed=len(pushed))
+    # The node list stands: the refused part is the poll's samples, not what the backend
+    # says exists.
+    return FetchResult(
+        batches=pushed,
+        errors=[*result.errors, error],
+        pushed=len(pushed),
+        members=result.members,
+    )
 
 
 def ingest(
