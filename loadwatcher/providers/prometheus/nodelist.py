@@ -10,11 +10,11 @@ cluster because a query failed.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from loadwatcher.model import node_name
-from loadwatcher.providers.prometheus.capacity import vector_items
+from loadwatcher.providers.prometheus.answer import ParseMemo, parse_vector
 from loadwatcher.words import plural
 
 __all__ = ["QUERY", "NodeList"]
@@ -31,20 +31,21 @@ class NodeList:
     strip_port: bool
     listed: frozenset[str] | None = None  # None: no list (no kube-state-metrics)
     failure: str | None = None
+    _memo: ParseMemo = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._memo = ParseMemo("node", self.strip_port)  # kube-state-metrics' own label
 
     async def refresh(self, ask: Callable[[str], Awaitable[bytes]]) -> None:
         """Ask for the list; keep the last one when the ask fails."""
         try:
-            items = vector_items(await ask(QUERY), QUERY)
+            body = await ask(QUERY)
+            # In a thread, as the poll's own answers: a large cluster's list is no small body.
+            vector = await asyncio.to_thread(parse_vector, body, self._memo, QUERY)
         except Exception as exc:  # as for the sizes: a list unknown is no failed poll
             self.failure = f"node list query failed, the last list kept: {exc}"
             return
-        names = {
-            node_name(node, self.strip_port)
-            for labels, _ in items
-            if isinstance(node := labels.get("node"), str) and node
-        }
-        self.listed, self.failure = frozenset(names) or None, None
+        self.listed, self.failure = frozenset(vector.nodes) or None, None
 
     def members(self, sampled: frozenset[str]) -> tuple[frozenset[str] | None, str | None]:
         """The list to serve by, given the nodes with samples, and a note for health."""
