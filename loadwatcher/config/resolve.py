@@ -159,7 +159,7 @@ def resolve(
         parse = spec.parse
         if spec.key == "provider.address":  # after provider.name, in the catalogue's order
             chosen = cat.providers.get(values.get("provider.name", ""))
-            parse = getattr(chosen, "parse_address", None) or parse
+            parse = (chosen.parse_address if chosen is not None else None) or parse
         try:
             values[spec.key] = parse(_as_text(value))
         except ValueError as exc:
@@ -189,7 +189,7 @@ def _check(settings: Settings, cat: Catalogue) -> None:
             "provider.address",
             f"required for provider {provider.name!r} (METRICS_PROVIDER_ADDRESS)",
         )
-    needs_token = getattr(chosen, "needs_token", False)
+    needs_token = chosen is not None and chosen.needs_token
     if needs_token and not provider.token and not provider.token_file:
         raise ConfigError(
             "provider.token",

@@ -186,7 +186,7 @@ def _build(settings: Settings, dd: DatadogSettings) -> Provider:
     if not http.address:
         http = dataclasses.replace(http, address=f"https://api.{dd.site}")
     options = DatadogOptions(
-        metrics={Resource.CPU: dd.cpu_metric, Resource.MEMORY: dd.memory_metric},
+        metrics=_metric_names(dd),
         cluster_tag=dd.cluster_tag,
         cluster_name=dd.cluster_name,
         host_name_suffix=dd.host_name_suffix,

@@ -359,7 +359,8 @@ class PrometheusProvider:
             members=members,
             notes=notes,
             names={q.resource: o.name for q, o in done if isinstance(o, _Outcome) and o.name},
-            node_info={node: dict(facts) for node, facts in self._capacity.info.items()},
+            # The cache replaces its dicts, never changes one in place: no copy per poll.
+            node_info=dict(self._capacity.info),
         )
 
     def _ask_at(self, now: float) -> Callable[[str], Awaitable[bytes]]:
