@@ -30,6 +30,8 @@ from isal import igzip
 from multidict import MultiDict, MultiDictProxy
 
 from loadwatcher import __version__
+from loadwatcher.engine.published import GZIP_LEVEL
+from loadwatcher.http import held as held_read
 from loadwatcher.http import negotiation
 from loadwatcher.http.appkeys import ENGINE_KEY, PROMQL_KEY
 from loadwatcher.promql import evaluate, render, series
@@ -37,13 +39,11 @@ from loadwatcher.promql.storage import SeriesSet, matchers_of
 from loadwatcher.promql.values import Budget, ErrorType, Limits, QueryError
 
 GZIP_FROM_BYTES = 4096  # smaller answers go as they are: the header would outweigh the saving
-GZIP_LEVEL = 1  # as the published bodies (engine/published.py)
 MAX_CONCURRENT = 2  # the evaluator is CPU work: more at once only queue on the cores
 MAX_POINTS = 11_000  # per series in a range query, as Prometheus
 MAX_MATCHES = 64  # match[] selectors of one series/labels request: each is a pass over a set
 LIMITS = Limits()
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-_HELD_TRIES, _HELD_WAIT_S = 50, 0.01
 # "All time" for series and labels without start/end: every time a sample can have.
 _MIN_MS, _MAX_MS = 0, 2**42
 # Times a query may name (about the year 318,000 either way): the evaluator's arithmetic
@@ -155,12 +155,7 @@ def _budget(form: MultiDictProxy[str]) -> Budget:
 async def _sources(request: web.Request) -> list[SeriesSet]:
     engine = request.app[ENGINE_KEY]
     pub = engine.current
-    held = None
-    for _ in range(_HELD_TRIES):
-        held = engine.store.held()
-        if held is not None:
-            break
-        await asyncio.sleep(_HELD_WAIT_S)
+    held = await held_read.held(engine.store)
     if held is None:  # never an answer without the samples: the client may ask again
         raise QueryError(
             ErrorType.TIMEOUT, "the sample store is being renumbered; ask again in a moment"
@@ -267,7 +262,7 @@ def _selected(
         if not isinstance(node, promql_parser.VectorSelector):
             raise _bad(f'invalid parameter "match[]": {text!r} is not a series selector')
         selectors.append(matchers_of(node))
-    budget = _budget(MultiDictProxy(MultiDict()))
+    budget = Budget(LIMITS, time.monotonic)
     out = []
     for s in sets:
         hits = set()
@@ -275,17 +270,15 @@ def _selected(
             budget.check_time()
             hits.update(s.select(matchers).tolist())
         if hits:
-            rows = s.with_samples_in(_array(sorted(hits)), start, end)
+            rows = s.with_samples_in(np.array(sorted(hits), np.int64), start, end)
             out.append((s, rows))
     return out
 
 
-def _array(rows: list[int]) -> Any:
-    return np.array(rows, np.int64)
-
-
 def _all_rows(sets: Sequence[SeriesSet], start: int, end: int) -> list[tuple[SeriesSet, Any]]:
-    return [(s, s.with_samples_in(_array(list(range(len(s.labels)))), start, end)) for s in sets]
+    return [
+        (s, s.with_samples_in(np.arange(len(s.labels), dtype=np.int64), start, end)) for s in sets
+    ]
 
 
 async def series_list(request: web.Request) -> web.Response:

@@ -38,11 +38,13 @@ from prometheus_client import Counter
 
 from loadwatcher import __version__
 from loadwatcher.engine.selfmetrics import PUSH_NOT_DISCARDED, SelfMetrics
+from loadwatcher.http import held as held_read
 from loadwatcher.http import statuslist, statusnode, statusrows, timeline
 from loadwatcher.http.appkeys import ENGINE_KEY, RECEIVING_KEY
+from loadwatcher.http.held import Held
 from loadwatcher.http.params import BadRequest, checked
 from loadwatcher.http.statuslist import CHARTED, ListOptions
-from loadwatcher.model import LONGEST_WINDOW_S, WINDOWS, Columns, Resource
+from loadwatcher.model import LONGEST_WINDOW_S, WINDOWS, Resource
 from loadwatcher.pipeline.snapshot import Snapshot
 from loadwatcher.words import plural
 
@@ -58,16 +60,11 @@ SPARK_POINTS = 48
 CHART_POINTS = 180
 _PARAMS = frozenset({"sort", "q", "window", "page", "limit", "node"})
 _WINDOW_NAMES = tuple(w.name for w in WINDOWS)
-# A renumbering of the store's series lasts a few assignments; the page waits this long
-# for it before it is drawn without charts.
-_HELD_TRIES, _HELD_WAIT_S = 50, 0.01
 _HEADERS = {
     "Cache-Control": "no-cache",
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'",
     "X-Content-Type-Options": "nosniff",
 }
-
-Held = tuple[tuple[tuple[str, Resource], ...], Columns]
 
 
 @dataclass(frozen=True)
@@ -302,16 +299,6 @@ def options_of(query: MultiMapping[str]) -> tuple[ListOptions, str | None]:
     return options, node
 
 
-async def _held(request: web.Request) -> Held | None:
-    store = request.app[ENGINE_KEY].store
-    for _ in range(_HELD_TRIES):
-        held = store.held()
-        if held is not None:
-            return held
-        await asyncio.sleep(_HELD_WAIT_S)
-    return None
-
-
 async def status_page(request: web.Request) -> web.Response:
     """``GET /``: the HTML status page (see the module docstring for its parameters)."""
     engine = request.app[ENGINE_KEY]
@@ -320,7 +307,7 @@ async def status_page(request: web.Request) -> web.Response:
     health = engine.health(now).body
     pub = engine.current
     snap = pub.snapshot if pub is not None else None
-    held = await _held(request) if snap is not None else None
+    held = await held_read.held(request.app[ENGINE_KEY].store) if snap is not None else None
     refresh = max(MIN_REFRESH_S, round(engine.options.poll_interval_s))
     drops = dropped(engine.metrics, request.app[RECEIVING_KEY])
     page, status = await asyncio.to_thread(

@@ -66,7 +66,7 @@ def operator(node: promql_parser.BinaryExpr) -> str:
     return op
 
 
-def scalars(op: str, lhs: Scalar, rhs: Scalar, return_bool: bool) -> Scalar:
+def scalars(op: str, lhs: Scalar, rhs: Scalar) -> Scalar:
     value, holds = elementwise(op, lhs.values, rhs.values)
     if op in COMPARISON:
         value = holds.astype(np.float64)  # the parser allows scalar comparisons only with bool

@@ -156,7 +156,7 @@ class _Evaluator:
         return_bool = node.modifier is not None and node.modifier.return_bool
         lhs, rhs = self.eval(node.lhs), self.eval(node.rhs)
         if isinstance(lhs, Scalar) and isinstance(rhs, Scalar):
-            return binary.scalars(op, lhs, rhs, return_bool)
+            return binary.scalars(op, lhs, rhs)
         if isinstance(lhs, Vector) and isinstance(rhs, Scalar):
             return binary.vector_scalar(op, lhs, rhs, False, return_bool)
         if isinstance(lhs, Scalar) and isinstance(rhs, Vector):

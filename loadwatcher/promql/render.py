@@ -90,13 +90,3 @@ def _matrix(value: object, steps: IntArray) -> list[dict[str, Any]]:
     for lab, row, present in zip(value.labels, value.values, value.present, strict=True):
         out.append({"metric": _metric(lab), "values": _pairs(steps[present], row[present])})
     return out
-
-
-def points(result: Result) -> int:
-    """How many points the answer holds (what the series cap and a log line count)."""
-    value = result.value
-    if isinstance(value, Vector):
-        return int(value.present.sum())
-    if isinstance(value, Points):
-        return int(value.ts.shape[0])
-    return int(result.steps.shape[0])

@@ -161,13 +161,6 @@ class SeriesSet:
         rows = np.repeat(np.arange(len(self.labels), dtype=np.int64), np.diff(self.starts))
         return rows * _KEY_SHIFT + self.ts
 
-    @cached_property
-    def bounds(self) -> tuple[int, int] | None:
-        """The oldest and newest sample time held (ms), None when empty."""
-        if self.ts.shape[0] == 0:
-            return None
-        return int(self.ts.min()), int(self.ts.max())
-
     def select(self, matchers: Sequence[Matcher]) -> IntArray:
         """Rows whose labels satisfy every matcher (a missing label is the empty value)."""
         n = len(self.labels)

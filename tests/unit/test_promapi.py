@@ -19,6 +19,7 @@ from service import settings
 
 from loadwatcher import app
 from loadwatcher.http import api, promapi
+from loadwatcher.http import held as held_read
 from loadwatcher.http.appkeys import ENGINE_KEY, PROMQL_KEY
 from loadwatcher.http.security import TokenFile
 from loadwatcher.promql.values import Limits
@@ -299,7 +300,7 @@ async def test_no_answer_without_the_samples(
 ) -> None:
     """While the store renumbers its series (``held`` is None) past the wait, the answer
     is a retryable error, never an answer missing the raw samples."""
-    monkeypatch.setattr(promapi, "_HELD_TRIES", 2)
+    monkeypatch.setattr(held_read, "TRIES", 2)
     engine = client.app[ENGINE_KEY]
     monkeypatch.setattr(engine.store, "held", lambda: None)
     busy = await get(client, "/api/v1/query", 503, query=CPU, time=str(T))
