@@ -77,7 +77,9 @@ class Recorder:
         self.mem_hist = np.zeros(BINS, dtype=np.int64)
         self.cpu_sum = self.mem_sum = 0.0
         self.count = 0
-        self.used_steps: list[int] = []
+        # Nodes in use per step: their sum, steps and most (memory bound by the nodes,
+        # not by the simulated time).
+        self.used_sum = self.used_steps = self.used_most = 0
         self.hot = self.over = 0
         self.throttled_milli_s = 0.0
         self.spread_sum = 0.0
@@ -100,7 +102,10 @@ class Recorder:
         b = min(int(t // self.bucket_s), self.heat.shape[1] - 1)
         self.heat[:, b] += cpu_pct
         self.heat_n[b] += 1
-        self.used_steps.append(int(used.sum()))
+        in_use = int(used.sum())
+        self.used_sum += in_use
+        self.used_steps += 1
+        self.used_most = max(self.used_most, in_use)
         if not used.any():
             return
         c, m = cpu_pct[used], mem_pct[used]
@@ -138,11 +143,10 @@ class Recorder:
         cdf_counts = np.add.reduceat(self.cpu_hist, np.arange(0, BINS, 10))
         cdf = np.cumsum(cdf_counts) / max(int(self.cpu_hist.sum()), 1)
         heat = self.heat / np.maximum(self.heat_n, 1)
-        used = np.array(self.used_steps) if self.used_steps else np.zeros(1)
         return Result(
             name,
-            round(float(used.mean()), 1),
-            int(used.max()),
+            round(self.used_sum / max(self.used_steps, 1), 1),
+            self.used_most,
             round(self.cpu_sum / n, 1),
             _percentile(self.cpu_hist, 0.50),
             _percentile(self.cpu_hist, 0.99),
