@@ -9,6 +9,7 @@ none.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -33,21 +34,20 @@ class SeriesUsage:
         if sources.size == 0 or self.t.size == 0:
             return np.zeros(sources.size), np.zeros(sources.size)
         lo, hi = self.starts[sources], self.starts[sources + 1]
-        keys = self._keys()
+        keys = self._keys
         idx = np.searchsorted(keys, sources.astype(np.float64) * _SPAN + t, side="right") - 1
         idx = np.clip(idx, lo, np.maximum(hi - 1, lo))
         has = hi > lo
         safe = np.minimum(idx, self.t.size - 1)
         return np.where(has, self.cpu[safe], 0.0), np.where(has, self.mem[safe], 0.0)
 
+    @cached_property
     def _keys(self) -> FloatArray:
-        # One sorted key per sample: source × span + time (exact below 2**53).
+        # One sorted key per sample: source × span + time (exact below 2**53). Once: ``at``
+        # runs every step.
         owner = np.repeat(np.arange(self.starts.size - 1), np.diff(self.starts))
-        cached: FloatArray | None = getattr(self, "_cached", None)
-        if cached is None:
-            cached = owner.astype(np.float64) * _SPAN + self.t
-            object.__setattr__(self, "_cached", cached)
-        return cached
+        keys: FloatArray = owner.astype(np.float64) * _SPAN + self.t
+        return keys
 
 
 def from_lists(samples: list[list[tuple[float, float, float]]]) -> SeriesUsage:
