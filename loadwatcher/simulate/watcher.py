@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from loadwatcher._types import BoolArray, FloatArray
-from loadwatcher.client import Metric, NodeMetrics, Snapshot, load_snapshot
+from loadwatcher.client import Snapshot, load_snapshot, parse_snapshot
 from loadwatcher.model import LONGEST_WINDOW_S, WINDOWS, Resource, SeriesBatch
 from loadwatcher.pipeline import analysis, snapshot
 from loadwatcher.pipeline.store import SampleStore
@@ -72,33 +72,12 @@ class WatcherOptions:
 def read_window(snap: snapshot.Snapshot, window: str, exact: bool) -> Snapshot:
     """The ``/watcher`` document of one window as the client reads it. ``exact``: through
     its JSON bytes and ``load_snapshot`` (schema-checked), as ``score`` reads a saved
-    document; otherwise the same objects built from the document without the round trip
-    (the JSON encoding of floats round-trips exactly)."""
+    document; otherwise the client's own reader on the document without the round trip
+    and the schema (the JSON encoding of floats round-trips exactly)."""
     doc = formats.document(snap, window, formats.Format.DEFAULT)
     if exact:
         return load_snapshot(formats.encode(doc))
-    nodes = {
-        name: NodeMetrics(
-            name,
-            tuple(
-                Metric(m["type"], m["operator"], float(m["value"]), m["name"], m["rollup"])
-                for m in raw["metrics"]
-            ),
-            dict(raw["tags"]),
-            dict(raw["metadata"]),
-        )
-        for name, raw in doc["data"]["NodeMetricsMap"].items()
-    }
-    w = doc["window"]
-    return Snapshot(
-        int(doc["timestamp"]),
-        w["duration"],
-        int(w["start"]),
-        int(w["end"]),
-        doc["source"],
-        nodes,
-        "default",
-    )
+    return parse_snapshot(doc, fmt="default", validate=False)
 
 
 class Watcher:
