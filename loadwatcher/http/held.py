@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import asyncio
 
-from loadwatcher.model import Columns, Resource
-from loadwatcher.pipeline.store import SampleStore
-
-Held = tuple[tuple[tuple[str, Resource], ...], Columns]
+from loadwatcher.pipeline.store import Held, SampleStore
 
 TRIES, WAIT_S = 50, 0.01
 
 
 async def held(store: SampleStore) -> Held | None:
-    """The store's keys and samples as one pair, or None when it stayed busy throughout."""
+    """The store's keys, samples and markers as one read, or None when it stayed busy
+    throughout."""
     for _ in range(TRIES):
-        pair = store.held()
-        if pair is not None:
-            return pair
+        read = store.held()
+        if read is not None:
+            return read
         await asyncio.sleep(WAIT_S)
     return None

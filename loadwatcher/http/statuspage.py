@@ -41,11 +41,11 @@ from loadwatcher.engine.selfmetrics import PUSH_NOT_DISCARDED, SelfMetrics
 from loadwatcher.http import held as held_read
 from loadwatcher.http import statuslist, statusnode, statusrows, timeline
 from loadwatcher.http.appkeys import ENGINE_KEY, RECEIVING_KEY
-from loadwatcher.http.held import Held
 from loadwatcher.http.params import BadRequest, checked
 from loadwatcher.http.statuslist import CHARTED, ListOptions
 from loadwatcher.model import LONGEST_WINDOW_S, WINDOWS, Resource
 from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.pipeline.store import Held
 from loadwatcher.words import plural
 
 # The page's shell and style live beside this module as plain files (package data).
@@ -178,9 +178,8 @@ def _traces(
 ) -> dict[tuple[str, Resource], timeline.Trace]:
     if held is None:
         return {}
-    keys, cols = held
     wanted = [(n, r) for n in nodes for r in CHARTED]
-    return timeline.traces(keys, cols, wanted, now - LONGEST_WINDOW_S, now, points)
+    return timeline.traces(held.keys, held.cols, wanted, now - LONGEST_WINDOW_S, now, points)
 
 
 def render(

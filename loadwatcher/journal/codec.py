@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from loadwatcher.model import Columns
-from loadwatcher.pipeline.plausible import OVER_100_TOLERANCE
+from loadwatcher.pipeline.plausible import OVER_100_TOLERANCE, stale
 
 _SID = np.dtype("<i8")
 _F64 = np.dtype("<f8")
@@ -132,14 +132,12 @@ def scrub(rows: list[Any], until: float) -> tuple[list[int], list[tuple[Any, ...
 
 def plausible(ts: np.ndarray, val: np.ndarray, until: float) -> np.ndarray:
     """The samples a fresh fetch would keep (``SampleStore.add``: finite, 0..100 plus its
-    tolerance) and not later than ``until``: a row with a good checksum can still hold what
-    a faulty process wrote."""
+    tolerance, or a staleness marker) and not later than ``until``: a row with a good
+    checksum can still hold what a faulty process wrote."""
     ok: np.ndarray = (
         np.isfinite(ts)
         & (ts <= until)
-        & np.isfinite(val)
-        & (val >= 0)
-        & (val <= 100.0 + OVER_100_TOLERANCE)
+        & ((np.isfinite(val) & (val >= 0) & (val <= 100.0 + OVER_100_TOLERANCE)) | stale(val))
     )
     return ok
 

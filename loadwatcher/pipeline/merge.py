@@ -6,10 +6,12 @@ each returns new arrays and never changes its inputs in place.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from loadwatcher._types import BoolArray
 from loadwatcher.model import Columns, IntArray
 
 
@@ -68,10 +70,23 @@ _MAX_RUNS = 64
 
 
 def since(cols: Columns, keep_from: float) -> Columns:
-    keep = cols.ts >= keep_from
+    return masked(cols, cols.ts >= keep_from)
+
+
+def masked(cols: Columns, keep: BoolArray) -> Columns:
+    """The samples of ``cols`` where ``keep``; ``cols`` itself when that is all of them."""
     if bool(keep.all()):
         return cols
     return Columns(cols.sid[keep], cols.ts[keep], cols.val[keep])
+
+
+def joined(parts: Sequence[Columns]) -> Columns:
+    """``parts`` one after another."""
+    return Columns(
+        np.concatenate([p.sid for p in parts]),
+        np.concatenate([p.ts for p in parts]),
+        np.concatenate([p.val for p in parts]),
+    )
 
 
 def merge(old: Columns, new: Columns) -> Columns:

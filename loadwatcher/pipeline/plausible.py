@@ -1,5 +1,6 @@
 """What counts as a utilisation sample: the value checks every sample passes, fresh or read
-back from the journal, and the marker of a value text a provider could not read (pure)."""
+back from the journal, the marker of a value text a provider could not read, and
+Prometheus's staleness marker (pure)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,18 @@ OVER_100_TOLERANCE = 1.0
 # (arithmetic need not keep a NaN's payload).
 _UNPARSABLE_BITS = 0x7FF8_0000_0BAD_0BAD
 UNPARSABLE: Final = float(np.array([_UNPARSABLE_BITS], np.uint64).view(np.float64)[0])
+
+
+# Prometheus's staleness marker: a NaN with this payload, which a writer sends when a series
+# ends (remote write). Held beside the samples, never as one: it only ends a series.
+_STALE_BITS = 0x7FF0_0000_0000_0002
+STALE: Final = float(np.array([_STALE_BITS], np.uint64).view(np.float64)[0])
+
+
+def stale(values: FloatArray) -> BoolArray:
+    """Which of ``values`` are staleness markers (``STALE``)."""
+    marked: BoolArray = np.asarray(values, np.float64).view(np.uint64) == _STALE_BITS
+    return marked
 
 
 def unparsable(values: FloatArray) -> BoolArray:

@@ -12,6 +12,11 @@ timestamp cannot make every later real sample look old. ``forget_after`` does th
 samples already held when the clock steps back. A series with no sample left in the
 retention is forgotten (``forget_idle``): under node churn the store holds the nodes of
 the retention, not every node ever seen.
+
+Staleness markers (Prometheus's, ``plausible.STALE``, sent by a writer when a series ends) are
+held beside the samples in columns of their own, under the same retention and numbering:
+they end a series for the PromQL API and are journaled with the samples, but they are no
+sample to any rollup or judgement.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from itertools import compress
+from typing import NamedTuple
 
 import numpy as np
 
@@ -47,6 +53,15 @@ class AddResult:
     repeated: int = 0
 
 
+class Held(NamedTuple):
+    """The store as one consistent read: each series id's key, the samples, and the
+    staleness markers (both in (series, time) order)."""
+
+    keys: tuple[tuple[str, Resource], ...]
+    cols: Columns
+    ends: Columns
+
+
 # Series ids: 32 bits number two billion series and halve the column beside the 64-bit
 # times and values (2.6 MB of 16 at 5,000 nodes).
 SID = np.int32
@@ -64,6 +79,7 @@ class SampleStore:
         self._index: dict[tuple[str, Resource], int] = {}
         self._newest: FloatArray = np.empty(0, np.float64)
         self._cols = _empty_columns()
+        self._ends = _empty_columns()  # staleness markers, as the samples
         # Odd while the series are renumbered (``load``, ``forget_idle``): then ``_keys`` and
         # ``_cols`` may disagree, and ``held`` tells a reader in another thread to wait.
         self._epoch = 0
@@ -77,17 +93,23 @@ class SampleStore:
     def columns(self) -> Columns:
         return self._cols
 
-    def held(self) -> tuple[tuple[tuple[str, Resource], ...], Columns] | None:
-        """The series' keys and every sample as one consistent pair, for a reader in
-        another thread (the status page's charts); None while the series are being
-        renumbered. The columns are replaced, never changed in place, so the pair stays
-        valid after later adds."""
+    @property
+    def ends(self) -> Columns:
+        """The staleness markers held, in (series, time) order."""
+        return self._ends
+
+    def held(self) -> Held | None:
+        """The series' keys, every sample and marker as one consistent read, for a reader
+        in another thread (the status page's charts, the PromQL API); None while the series
+        are being renumbered. The columns are replaced, never changed in place, so the read
+        stays valid after later adds."""
         epoch = self._epoch
         if epoch & 1:
             return None
-        cols = self._cols  # before the keys: a new series' key is added before its samples
+        # Before the keys: a new series' key is added before its samples.
+        cols, ends = self._cols, self._ends
         keys = tuple(self._keys)
-        return (keys, cols) if self._epoch == epoch else None
+        return Held(keys, cols, ends) if self._epoch == epoch else None
 
     def _id_of(self, key: tuple[str, Resource]) -> int:
         sid = self._index.get(key)
@@ -171,6 +193,8 @@ class SampleStore:
         keep_older: bool = False,
     ) -> AddResult:
         batch = _concatenated(parts)
+        if keep_from is not None:
+            self._ends = merge.since(self._ends, keep_from)
         dropped = {"non_finite": 0, "negative": 0, "over_100": 0}
         keys, lengths = batch.keys, batch.lengths
         if not lengths.all():  # an empty series gets no id
@@ -196,6 +220,10 @@ class SampleStore:
                 ahead_s = float(np.median(lead))
                 future_nodes = frozenset(self._keys[i][0] for i in np.unique(sid[future]))
                 sid, ts, val = sid[~future], ts[~future], val[~future]
+        marker = plausible.stale(val)
+        marks = (sid[marker], ts[marker]) if marker.any() else None
+        if marks is not None:
+            sid, ts, val = sid[~marker], ts[~marker], val[~marker]
         # (series, time) order; a stable sort keeps the last given of equal timestamps last.
         order = np.lexsort((ts, sid))
         sid, ts, val = sid[order], ts[order], val[order]
@@ -232,7 +260,42 @@ class SampleStore:
             self._cols = merge.merge(self._cols, added)
         else:
             self._cols = merge.merge_trimmed(self._cols, added, keep_from, len(self._keys))
+        if len(self._ends) and len(added):
+            # A time holds a sample or a marker, never both: the sample stands.
+            n = len(self._keys)
+            self._ends = merge.masked(
+                self._ends, ~bytime.holds(added, n, self._ends.sid, self._ends.ts)
+            )
+        if marks is not None:  # after the samples: a time with a sample keeps it
+            ended, twice = self._end(*marks, keep_from, dropped)
+            added, repeated = merge.joined([added, ended]), repeated + twice
         return AddResult(added, dropped, offered, ahead_s, future_nodes, repeated)
+
+    def _end(
+        self, sid: IntArray, ts: FloatArray, keep_from: float | None, dropped: dict[str, int]
+    ) -> tuple[Columns, int]:
+        """Take staleness markers of series ``sid`` at ``ts``: those the retention keeps, at
+        times their series holds neither a marker nor a sample. Returns them and how many
+        were held or given twice."""
+        if keep_from is not None:
+            old = ts < keep_from
+            if old.any():
+                dropped["too_old"] = dropped.get("too_old", 0) + int(old.sum())
+                sid, ts = sid[~old], ts[~old]
+        order = np.lexsort((ts, sid))
+        sid, ts = sid[order], ts[order]
+        first = np.ones(sid.shape[0], bool)
+        first[1:] = (sid[1:] != sid[:-1]) | (ts[1:] != ts[:-1])
+        new = first.copy()
+        n = len(self._keys)
+        at = np.flatnonzero(first)
+        new[at] = ~bytime.holds(self._ends, n, sid[at], ts[at])
+        at = np.flatnonzero(new)
+        new[at] = ~bytime.holds(self._cols, n, sid[at], ts[at])
+        taken = Columns(sid[new], ts[new], np.full(int(new.sum()), plausible.STALE))
+        if len(taken):
+            self._ends = bytime.merge(self._ends, taken, n)
+        return taken, int(new.shape[0] - np.count_nonzero(new))
 
     def load(self, keys: list[tuple[str, Resource]], cols: Columns) -> None:
         """Replace the content with samples recovered from the journal: ``keys`` unique (the
@@ -241,15 +304,20 @@ class SampleStore:
         self._epoch += 1
         self._keys, self._index = list(keys), {key: i for i, key in enumerate(keys)}
         self._newest = np.full(max(16, len(keys)), -np.inf)
-        self._cols = Columns(cols.sid.astype(SID, copy=False), cols.ts, cols.val)
+        sid = cols.sid.astype(SID, copy=False)
+        ends = plausible.stale(cols.val)
+        cols = Columns(sid, cols.ts, cols.val)
+        # The journal holds both in one table.
+        self._cols, self._ends = merge.masked(cols, ~ends), merge.masked(cols, ends)
         self._epoch += 1
-        if len(cols):
-            np.maximum.at(self._newest, cols.sid, cols.ts)
+        if len(self._cols):
+            np.maximum.at(self._newest, self._cols.sid, self._cols.ts)
 
     def trim(self, before: float) -> int:
         """Forget samples older than ``before``; returns how many were dropped."""
         held = len(self._cols)
         self._cols = merge.since(self._cols, before)
+        self._ends = merge.since(self._ends, before)
         return held - len(self._cols)
 
     def forget_after(self, latest: float) -> int:
@@ -257,11 +325,12 @@ class SampleStore:
         they would hide every sample of their series until the clock caught up. Returns
         how many were dropped."""
         n = len(self._keys)
+        self._ends = merge.masked(self._ends, self._ends.ts <= latest)
         if n == 0 or not bool((self._newest[:n] > latest).any()):
             return 0
         keep = self._cols.ts <= latest
         dropped = int(keep.shape[0] - np.count_nonzero(keep))
-        self._cols = Columns(self._cols.sid[keep], self._cols.ts[keep], self._cols.val[keep])
+        self._cols = merge.masked(self._cols, keep)
         self._newest[:n] = -np.inf
         if len(self._cols):
             np.maximum.at(self._newest, self._cols.sid, self._cols.ts)
@@ -279,7 +348,9 @@ class SampleStore:
         alive = self._newest[: len(self._keys)] >= keep_from
         if bool(alive.all()):
             return None
-        return self._keep_series(alive, merge.since(self._cols, keep_from))
+        return self._keep_series(
+            alive, merge.since(self._cols, keep_from), merge.since(self._ends, keep_from)
+        )
 
     def forget_nodes(self, nodes: Collection[str]) -> IntArray | None:
         """Forget every series of ``nodes`` (an operator said they are gone) and number the
@@ -288,14 +359,15 @@ class SampleStore:
         alive = np.fromiter((node not in nodes for node, _ in self._keys), bool, n)
         if bool(alive.all()):
             return None
-        return self._keep_series(alive, self._cols)
+        return self._keep_series(alive, self._cols, self._ends)
 
-    def _keep_series(self, alive: BoolArray, cols: Columns) -> IntArray:
-        """Keep the ``alive`` series of ``cols``, numbered afresh in their old order; the
-        new id of every old id (-1: forgotten)."""
+    def _keep_series(self, alive: BoolArray, cols: Columns, ends: Columns) -> IntArray:
+        """Keep the ``alive`` series of ``cols`` and ``ends``, numbered afresh in their old
+        order; the new id of every old id (-1: forgotten)."""
         n = len(self._keys)
         renumber = np.where(alive, np.cumsum(alive) - 1, -1).astype(np.int64)
         cols = merge.renumbered(cols, renumber)
+        ends = merge.renumbered(ends, renumber)
         keys = list(compress(self._keys, alive.tolist()))
         newest = np.full(max(16, len(keys)), -np.inf)
         newest[: len(keys)] = self._newest[:n][alive]
@@ -303,6 +375,7 @@ class SampleStore:
         # Computed first, swapped in together: the odd epoch spans only the assignments.
         self._epoch += 1
         self._keys, self._index, self._cols, self._newest = keys, index, cols, newest
+        self._ends = ends
         self._epoch += 1
         return renumber
 
@@ -335,11 +408,7 @@ def combined(results: list[AddResult]) -> AddResult:
             dropped[reason] = dropped.get(reason, 0) + n
     most_future = max(results, key=lambda r: r.dropped.get("future", 0))
     return AddResult(
-        Columns(
-            np.concatenate([r.added.sid for r in results]),
-            np.concatenate([r.added.ts for r in results]),
-            np.concatenate([r.added.val for r in results]),
-        ),
+        merge.joined([r.added for r in results]),
         dropped,
         sum(r.offered for r in results),
         most_future.ahead_s,

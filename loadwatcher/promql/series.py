@@ -28,8 +28,9 @@ from typing import Any, overload
 import numpy as np
 
 from loadwatcher._types import IntArray
-from loadwatcher.model import Columns, Resource
+from loadwatcher.model import Resource
 from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.pipeline.store import Held
 from loadwatcher.promql.storage import Index, SeriesSet, series_set
 from loadwatcher.promql.values import Labels
 
@@ -126,8 +127,10 @@ def rollups(snap: Snapshot) -> SeriesSet:
     return series_set(_Labels(columns), np.ones(n, np.int64), times, value / 100.0, index)
 
 
-def raw(keys: Sequence[tuple[str, Resource]], cols: Columns) -> SeriesSet:
-    """The store's samples (in (series, time) order, its invariant), one series per key."""
+def raw(held: Held) -> SeriesSet:
+    """The store's samples (in (series, time) order, its invariant), one series per key
+    with samples, and its staleness markers."""
+    keys, cols, ends = held
     if len(cols) == 0:
         return series_set([], np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0))
     sid = cols.sid.astype(np.int64)
@@ -138,7 +141,12 @@ def raw(keys: Sequence[tuple[str, Resource]], cols: Columns) -> SeriesSet:
         node, resource = keys[s]
         labels.append((("__name__", RAW_NAMES[resource]), ("instance", node)))
     ts = np.round(cols.ts * 1000.0).astype(np.int64)
-    return series_set(labels, lengths, ts, cols.val / 100.0)
+    row_of = np.full(len(keys), -1, np.int64)
+    row_of[sid[firsts]] = np.arange(firsts.shape[0])
+    end_rows = row_of[ends.sid]
+    ended = end_rows >= 0  # a series without samples has no row to end
+    end_ts = np.round(ends.ts[ended] * 1000.0).astype(np.int64)
+    return series_set(labels, lengths, ts, cols.val / 100.0, ends=(end_rows[ended], end_ts))
 
 
 class Sources:
@@ -154,16 +162,20 @@ class Sources:
     def __init__(self) -> None:
         # Reentrant: a finalizer may run (garbage collection) in a thread holding it.
         self._lock = threading.RLock()
-        self._sets: dict[int, tuple[weakref.ref[Any], int, SeriesSet]] = {}
+        self._sets: dict[int, tuple[weakref.ref[Any], int, object, SeriesSet]] = {}
 
-    def _cached(self, source: Any, version: int, build: Callable[[], SeriesSet]) -> SeriesSet:
+    def _cached(
+        self, source: Any, count: int, beside: object, build: Callable[[], SeriesSet]
+    ) -> SeriesSet:
+        """``build()``'s set for ``source``, built again when ``count`` changed or ``beside``
+        (what else it was built from) is another object."""
         key = id(source)
         with self._lock:
             entry = self._sets.get(key)
-        if entry is not None and entry[0]() is source and entry[1] == version:
-            return entry[2]
+        if entry is not None and entry[0]() is source and entry[1] == count and entry[2] is beside:
+            return entry[3]
         built = build()
-        entry = (weakref.ref(source), version, built)
+        entry = (weakref.ref(source), count, beside, built)
         with self._lock:
             self._sets[key] = entry
         weakref.finalize(source, self._drop, key)
@@ -180,13 +192,11 @@ class Sources:
         with self._lock:
             return len(self._sets)
 
-    def sets(
-        self, snap: Snapshot | None, held: tuple[Sequence[tuple[str, Resource]], Columns] | None
-    ) -> list[SeriesSet]:
+    def sets(self, snap: Snapshot | None, held: Held | None) -> list[SeriesSet]:
         out: list[SeriesSet] = []
         if snap is not None:
-            out.append(self._cached(snap, 0, lambda: rollups(snap)))
+            out.append(self._cached(snap, 0, None, lambda: rollups(snap)))
         if held is not None:
-            keys, cols = held
-            out.append(self._cached(cols, len(keys), lambda: raw(keys, cols)))
+            # The keys grow in place: their count tells a new series; markers are replaced.
+            out.append(self._cached(held.cols, len(held.keys), held.ends, lambda: raw(held)))
         return out

@@ -2,7 +2,9 @@
 selection of Prometheus's selectors (matchers, lookback, range windows) over them.
 
 A ``SeriesSet`` holds series ``i`` as ``ts[starts[i]:starts[i + 1]]`` (int64 ms,
-ascending) and the same slice of ``values``. Selection is vectorised over series and steps:
+ascending) and the same slice of ``values``, and the staleness markers of its series: a
+marker newer than a series' newest sample at or before t ends the series at t, as in
+Prometheus (it is no sample to a range). Selection is vectorised over series and steps:
 each sample has a key ``row · 2⁴² + t`` (ascending along the columns, since rows are), so
 "the newest sample at or before t" and "the samples in [a, b]" of every (series, step) pair
 are each one ``searchsorted``.
@@ -139,6 +141,8 @@ class SeriesSet:
     ts: IntArray
     values: FloatArray
     index: Index | None = field(default=None, compare=False)
+    # The staleness markers' keys (``row · 2⁴² + t``), ascending.
+    ends: IntArray = field(default_factory=lambda: np.empty(0, np.int64), compare=False)
 
     def __post_init__(self) -> None:
         if self.index is not None:
@@ -207,6 +211,12 @@ class SeriesSet:
         safe = np.where(ok, idx, 0)
         if self.ts.shape[0]:
             ok &= self.ts[safe] >= (ref - lookback_ms)[None, :]
+            if self.ends.shape[0]:
+                # The newest marker at or before t: if it is this row's and newer than the
+                # sample, the series has ended.
+                end = np.searchsorted(self.ends, q, side="right") - 1
+                marker = self.ends[np.maximum(end, 0)] - rows[:, None] * _KEY_SHIFT
+                ok &= ~((end >= 0) & (marker >= 0) & (marker > self.ts[safe]))
         return safe, ok
 
     def window(self, rows: IntArray, ref: IntArray, range_ms: int) -> tuple[IntArray, IntArray]:
@@ -225,8 +235,11 @@ def series_set(
     ts: IntArray,
     values: FloatArray,
     index: Index | None = None,
+    ends: tuple[IntArray, IntArray] | None = None,
 ) -> SeriesSet:
-    """A set from flat columns: series ``i`` owns ``lengths[i]`` samples, ascending in time."""
+    """A set from flat columns: series ``i`` owns ``lengths[i]`` samples, ascending in time;
+    ``ends``: the staleness markers as (row, time in ms), in that order."""
     starts = np.zeros(len(labels) + 1, np.int64)
     np.cumsum(lengths, out=starts[1:])
-    return SeriesSet(labels, starts, ts.astype(np.int64, copy=False), values, index)
+    keys = np.empty(0, np.int64) if ends is None else ends[0] * _KEY_SHIFT + ends[1]
+    return SeriesSet(labels, starts, ts.astype(np.int64, copy=False), values, index, keys)

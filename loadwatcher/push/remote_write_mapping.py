@@ -10,9 +10,11 @@ It reads
   ``node_memory_MemTotal_bytes``), turned into utilisation as the node-mixin rules do
   (``state.py``).
 
-Series of other metrics are dropped unread (``unmatched``); Prometheus staleness markers
-are dropped as ``stale_marker``; other NaNs go on to the store, which counts them as it
-counts polled ones. ``RemoteWriteMapper`` is what the HTTP receiver calls
+Series of other metrics are dropped unread (``unmatched``). A Prometheus staleness marker
+of a recording-rule series goes on to the store, which holds it as the series' end (the
+PromQL API stops showing the series at once, as Prometheus does); one of a raw series ends
+its counter here and goes no further (``stale_marker``). Other NaNs go on to the store,
+which counts them as it counts polled ones. ``RemoteWriteMapper`` is what the HTTP receiver calls
 (``protocols/remote_write.py`` declares the protocol).
 """
 
@@ -24,6 +26,7 @@ import numpy as np
 
 from loadwatcher._types import BoolArray
 from loadwatcher.model import IntArray, Resource, node_name
+from loadwatcher.pipeline import plausible
 from loadwatcher.push import remote_write
 from loadwatcher.push.errors import PushError, PushErrorKind
 from loadwatcher.push.ha import DEFAULT_FAILOVER_TIMEOUT_S, HATracker
@@ -33,9 +36,6 @@ from loadwatcher.push.samples import RESOURCES, Decoded, Part, count, ms_to_seco
 from loadwatcher.push.series_index import SeriesIndex
 from loadwatcher.push.sizes import PushedSizes
 from loadwatcher.push.state import CounterState, GaugePairs, Point
-
-# The Prometheus staleness marker: a NaN with this payload, written when a series ends.
-STALE_NAN_BITS = 0x7FF0_0000_0000_0002
 
 NODE_CPU_SECONDS = "node_cpu_seconds_total"
 MEM_AVAILABLE = "node_memory_MemAvailable_bytes"
@@ -123,20 +123,23 @@ class RemoteWriteReceiver:
         names = self._names(sel.label_values[0])
         series_of = np.repeat(np.arange(len(sel)), sel.lengths)
         keep = accepted.take(series_of)
-        stale = sel.values.view(np.uint64) == np.uint64(STALE_NAN_BITS)
+        stale = plausible.stale(sel.values)
         metric = sel.metric.take(series_of)
-        counted = keep if m.raw_node_exporter else keep & (metric <= _MEMORY)
-        count(counts, "stale_marker", int((stale & counted).sum()))
+        if m.raw_node_exporter:
+            count(counts, "stale_marker", int((stale & keep & (metric > _MEMORY)).sum()))
         parts: list[Part] = []
-        rule = np.flatnonzero(keep & ~stale & (metric <= _MEMORY))
+        rule = np.flatnonzero(keep & (metric <= _MEMORY))
         if rule.size:
+            values = sel.values.take(rule)
+            # Markers as they came: arithmetic need not keep a NaN's payload.
+            np.multiply(values, m.scale, out=values, where=~stale.take(rule))
             parts.append(
                 Part(
                     names,
                     node_codes.take(series_of.take(rule)),
                     metric.take(rule),
                     ms_to_seconds(sel.ts_ms.take(rule)),
-                    sel.values.take(rule) * m.scale,
+                    values,
                 )
             )
         raw = np.flatnonzero(accepted & raw_series)

@@ -6,7 +6,10 @@ same on both. Then the Python ``prometheus-api-client`` reads every endpoint.
 The same remote-write body goes to Prometheus's receiver (``--web.enable-remote-write-
 receiver``) and to the service's (in-process, ``provider.name: push``). The samples run
 over 14 minutes at about 15 s with millisecond jitter; one node stops 7 minutes before the
-end (it leaves the lookback), one starts 3 minutes before it; values are multiples of
+end (it leaves the lookback), one starts 3 minutes before it; one node's CPU series ends
+with a staleness marker 5 minutes before the end (it leaves instant queries at once), and
+another's memory series ends with one 8 minutes before and starts again 4 minutes later;
+values are multiples of
 about n/61 (so that sums and means round in their last bits), exact through the service's
 percent, and distinct across nodes at each time so that ``topk``'s choice is defined.
 Values compare exactly: the evaluator adds in Prometheus's order with its compensated
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import struct
 import subprocess
 import time
 from collections.abc import Iterator
@@ -36,6 +40,8 @@ pytestmark = pytest.mark.backend
 
 CPU, MEM = "instance:node_cpu:ratio", "instance:node_memory_utilisation:ratio"
 NODES = [f"node-{i}" for i in range(6)]
+# Prometheus's staleness marker, as a writer sends it when a series ends.
+STALE = struct.unpack("<d", struct.pack("<Q", 0x7FF0_0000_0000_0002))[0]
 
 
 def ratio(n: int) -> float:
@@ -50,14 +56,23 @@ def ratio(n: int) -> float:
 def samples(end: int) -> list[tuple[str, dict[str, str], list[tuple[float, float]]]]:
     out = []
     for i, node in enumerate(NODES):
-        cpu, mem = [], []
+        cpu: list[tuple[float, float]] = []
+        mem: list[tuple[float, float]] = []
         for k in range(57):
             t = end - 840 + 15 * k + ((i * 37 + k * 11) % 900) / 1000  # ms jitter
             if node == "node-4" and t > end - 420:
                 continue
             if node == "node-5" and t < end - 180:
                 continue
-            cpu.append((t, ratio((7 * i + 3 * k) % 61 + 1)))
+            if node == "node-3" and t > end - 300:
+                if cpu[-1][1] is not STALE:
+                    cpu.append((t, STALE))
+            else:
+                cpu.append((t, ratio((7 * i + 3 * k) % 61 + 1)))
+            if node == "node-2" and end - 480 < t < end - 240:
+                if mem[-1][1] is not STALE:
+                    mem.append((t, STALE))
+                continue
             mem.append((t, ratio((5 * i + 11 * k) % 59 + 2)))
         out.append((CPU, {"instance": node}, cpu))
         out.append((MEM, {"instance": node}, mem))
@@ -270,13 +285,15 @@ async def test_the_rollups_are_prometheus_own_over_time(pair: Pair) -> None:
             {"query": 'loadwatcher_node_cpu_utilisation_ratio{window="5m", operator="avg"}'},
         )
     )["data"]["result"]
-    assert {r["metric"]["instance"] for r in ours} == set(NODES) - {"node-4"}
+    # node-3's CPU ended 5 minutes before, node-4 7 minutes before: no 5-minute window.
+    assert {r["metric"]["instance"] for r in ours} == set(NODES) - {"node-3", "node-4"}
     taken = ours[0]["value"][0]
     theirs = get_json(
         pair.prom.url + "/api/v1/query",
         {"query": f"avg_over_time({CPU}[5m])", "time": str(math.floor(taken))},
     )["data"]["result"]
     want = {r["metric"]["instance"]: float(r["value"][1]) for r in theirs}
+    assert set(want) == set(NODES) - {"node-3", "node-4"}
     for r in ours:
         assert float(r["value"][1]) == pytest.approx(want[r["metric"]["instance"]], rel=1e-9)
 

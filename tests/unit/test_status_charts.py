@@ -53,7 +53,7 @@ def test_buckets_are_the_plain_per_sample_loop(fleet, points, data) -> None:
     store = store_of(fleet)
     held = store.held()
     assert held is not None
-    keys, cols = held
+    keys, cols, _ = held
     wanted = data.draw(st.sets(st.sampled_from(sorted(fleet) or ["none"])))
     start, end = NOW - 900, NOW
     got = timeline.traces(keys, cols, [(n, Resource.CPU) for n in wanted], start, end, points)
@@ -205,7 +205,7 @@ def test_held_is_consistent_while_another_thread_renumbers() -> None:
             held = store.held()
             if held is None:
                 continue
-            keys, cols = held
+            keys, cols, _ = held
             for sid, value in zip(cols.sid.tolist(), cols.val.tolist(), strict=True):
                 if sid >= len(keys) or keys[sid][0] != f"n{round(value * 2)}":
                     errors.append(f"series {sid} of {len(keys)} holds {value}")

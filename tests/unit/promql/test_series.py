@@ -65,8 +65,10 @@ def test_one_rollup_series_per_node_resource_window_operator() -> None:
 
 def test_raw_samples_under_the_providers_names() -> None:
     store, _ = build()
-    keys, cols = store.held() or ((), store.columns)
-    s = series.raw(keys, cols)
+    held = store.held()
+    assert held is not None
+    cols = held.cols
+    s = series.raw(held)
     assert sorted(dict(lab)["__name__"] for lab in s.labels) == sorted(
         ["instance:node_cpu:ratio", "instance:node_memory_utilisation:ratio"] * 3
     )

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from loadwatcher.model import Resource, SeriesBatch
+from loadwatcher.pipeline import plausible
 from loadwatcher.pipeline.store import SampleStore
 from loadwatcher.push import remote_write
 from loadwatcher.push import remote_write_pb2 as pb
@@ -84,7 +85,7 @@ def test_the_prometheus_provider_settings_carry_over() -> None:
     assert decoded.counts["no_node"] == 1
 
 
-def test_stale_markers_are_dropped_and_other_nans_kept_for_the_store() -> None:
+def test_stale_markers_go_to_the_store_as_markers_and_other_nans_as_they_are() -> None:
     decoded = RemoteWriteReceiver(RemoteWriteMapping()).map(
         request(
             (CPU, {"instance": "n1"}, [(1000, 0.5), (2000, STALE), (3000, float("nan"))]),
@@ -94,9 +95,26 @@ def test_stale_markers_are_dropped_and_other_nans_kept_for_the_store() -> None:
     [(key, samples)] = as_dict(decoded.batch).items()
     assert key == ("n1", Resource.CPU)
     assert samples[0] == (1.0, 50.0)
-    assert samples[1][0] == 3.0 and np.isnan(samples[1][1])
+    # The marker keeps its exact payload through the scaling: the store tells it by that.
+    assert samples[1][0] == 2.0 and plausible.stale(np.array([samples[1][1]]))[0]
+    assert samples[2][0] == 3.0 and np.isnan(samples[2][1])
+    assert not plausible.stale(np.array([samples[2][1]]))[0]
+    assert "stale_marker" not in decoded.counts
+    assert decoded.counts["accepted"] == 3
+
+
+def test_a_raw_series_marker_ends_its_counter_and_goes_no_further() -> None:
+    decoded = RemoteWriteReceiver(RemoteWriteMapping(raw_node_exporter=True)).map(
+        request(
+            (
+                "node_cpu_seconds_total",
+                {"instance": "n1", "cpu": "0", "mode": "idle"},
+                [(1000, 5.0), (2000, STALE)],
+            ),
+        ),
+        now=4.0,
+    )
     assert decoded.counts["stale_marker"] == 1
-    assert decoded.counts["accepted"] == 2
 
 
 def test_samples_of_one_node_and_time_keep_the_last_pushed() -> None:
