@@ -159,7 +159,11 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     elif receiver is not None:
         log.warning("push endpoints open: anyone who reaches the port can write (push.token_file)")
     app = api.make_app(
-        engine, tokens=tokens, protect_metrics=server.auth_metrics, receiver=receiver
+        engine,
+        tokens=tokens,
+        protect_metrics=server.auth_metrics,
+        receiver=receiver,
+        query=settings.query,
     )
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()

@@ -63,6 +63,7 @@ class Catalogue:
             spec.ANALYSIS,
             spec.corroborate_section(self.names),
             spec.HEALTH,
+            spec.QUERY,
             spec.LOG,
         )
         self.section_names = tuple(section.name for section in self.sections)

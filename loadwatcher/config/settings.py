@@ -73,6 +73,16 @@ class CorroborateSettings:
 
 
 @dataclass(frozen=True)
+class QuerySettings:
+    timeout_s: float
+    max_concurrency: int
+    max_samples: int
+    max_points: int
+    max_series: int
+    lookback_delta_s: float
+
+
+@dataclass(frozen=True)
 class LogSettings:
     level: str
 
@@ -93,6 +103,7 @@ class Settings:
     analysis: AnalysisSettings
     corroborate: CorroborateSettings
     health: HealthSettings
+    query: QuerySettings
     sections: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def section(self, section: Section[S]) -> S:

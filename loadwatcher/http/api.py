@@ -22,10 +22,11 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import Histogram
 
+from loadwatcher.config.settings import QuerySettings
 from loadwatcher.engine import Engine
 from loadwatcher.engine.published import Body
 from loadwatcher.engine.selfmetrics import CONTENT_TYPE
-from loadwatcher.http import negotiation, params, prepared, security
+from loadwatcher.http import negotiation, openapi_promql, params, prepared, security
 from loadwatcher.http.appkeys import (
     AUTH_KEY,
     ENCODINGS_KEY,
@@ -216,24 +217,13 @@ async def openapi_json(request: web.Request) -> web.Response:
     return web.Response(body=orjson.dumps(document), content_type="application/json")
 
 
-# The Prometheus query API (http/promapi.py): path, handler, whether POST is taken too.
-PROMETHEUS_ROUTES = (
-    ("/api/v1/query", "query", True),
-    ("/api/v1/query_range", "query_range", True),
-    ("/api/v1/series", "series", True),
-    ("/api/v1/labels", "labels", True),
-    ("/api/v1/label/{name}/values", "label_values", False),
-    ("/api/v1/status/buildinfo", "buildinfo", False),
-)
-
-
 def _prometheus(name: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handler(request: web.Request) -> web.StreamResponse:
         # Imported at the first query (as openapi): the parser and evaluator are for the
         # few deployments that read the service as a Prometheus.
         from loadwatcher.http import promapi
 
-        response: web.StreamResponse = await promapi.HANDLERS[name](request)
+        response: web.StreamResponse = await getattr(promapi, name)(request)
         return response
 
     return handler
@@ -317,6 +307,7 @@ def make_app(
     tokens: TokenFile | None = None,
     protect_metrics: bool = False,
     receiver: Receiver | None = None,
+    query: QuerySettings | None = None,
 ) -> web.Application:
     # Every push protocol's routes, received or not: a writer's request never meets the
     # readers' token check (without a receiver it is a 404).
@@ -337,11 +328,12 @@ def make_app(
     app.router.add_get("/", status_page)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi_json)
-    app[PROMQL_KEY] = {}
-    for path, name, post in PROMETHEUS_ROUTES:
-        app.router.add_get(path, _prometheus(name))
-        if post:
-            app.router.add_post(path, _prometheus(name))
+    # The query API's caps (its state is made at its first request: http/promapi.py).
+    app[PROMQL_KEY] = {"settings": query}
+    for route in openapi_promql.ROUTES:
+        app.router.add_get(route.path, _prometheus(route.handler))
+        if route.post:
+            app.router.add_post(route.path, _prometheus(route.handler))
     if receiver is not None:
         receiver.add_routes(app)
     return app

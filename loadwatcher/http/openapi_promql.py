@@ -1,7 +1,11 @@
-"""The OpenAPI description of the Prometheus query API (http/promapi.py, docs/promql.md)."""
+"""The routes of the Prometheus query API (handled by http/promapi.py, docs/promql.md) and
+their OpenAPI description: one declaration that the router and the OpenAPI document both
+read (this module imports nothing heavy: the handlers' module is imported at the first
+query)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 _STRING = {"type": "string"}
@@ -76,38 +80,85 @@ def _form(parameters: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Route:
+    """One endpoint of the Prometheus query API: its path, the name of its handler in
+    ``http/promapi.py``, what OpenAPI says of it, whether a form body may be POSTed, and
+    whether it answers 422 (a cap or a match error)."""
+
+    path: str
+    handler: str
+    summary: str
+    parameters: tuple[dict[str, Any], ...]
+    post: bool = True
+    capped: bool = True
+
+
+_QUERY = _param("query", "PromQL (the subset of docs/promql.md)", True)
+_TIMEOUT = _param("timeout", "at most this long (a duration or seconds)")
+_BOUNDS = (_param("start", _TIME), _param("end", _TIME))
+_NAME = {"name": "name", "in": "path", "required": True, "schema": _STRING}
+
+ROUTES = (
+    Route(
+        "/api/v1/query",
+        "query",
+        "PromQL instant query",
+        (_QUERY, _param("time", f"evaluation time, {_TIME}; default now"), _TIMEOUT),
+    ),
+    Route(
+        "/api/v1/query_range",
+        "query_range",
+        "PromQL range query",
+        (
+            _QUERY,
+            _param("start", _TIME, True),
+            _param("end", _TIME, True),
+            _param("step", "a duration or seconds, > 0; at most 11,000 steps", True),
+            _TIMEOUT,
+        ),
+    ),
+    Route(
+        "/api/v1/series",
+        "series_list",
+        "series matching match[] (required)",
+        (_MATCH, *_BOUNDS, _TIMEOUT),
+    ),
+    Route("/api/v1/labels", "labels", "label names", (_MATCH, *_BOUNDS, _TIMEOUT), capped=False),
+    Route(
+        "/api/v1/label/{name}/values",
+        "label_values",
+        "a label's values",
+        (_NAME, _MATCH, *_BOUNDS, _TIMEOUT),
+        post=False,
+        capped=False,
+    ),
+    Route(
+        "/api/v1/status/buildinfo",
+        "buildinfo",
+        "this service's version, in Prometheus's buildinfo shape",
+        (),
+        post=False,
+        capped=False,
+    ),
+)
+
+
 def paths() -> dict[str, Any]:
-    query = [
-        _param("query", "PromQL (the subset of docs/promql.md)", True),
-        _param("time", f"evaluation time, {_TIME}; default now"),
-        _param("timeout", "at most this long (a duration or seconds)"),
-    ]
-    ranged = [
-        _param("query", "PromQL (the subset of docs/promql.md)", True),
-        _param("start", _TIME, True),
-        _param("end", _TIME, True),
-        _param("step", "a duration or seconds, > 0; at most 11,000 steps", True),
-        _param("timeout", "at most this long (a duration or seconds)"),
-    ]
-    bounds = [_param("start", _TIME), _param("end", _TIME)]
     out: dict[str, Any] = {}
-    for path, summary, params, evaluates in (
-        ("/api/v1/query", "PromQL instant query", query, True),
-        ("/api/v1/query_range", "PromQL range query", ranged, True),
-        ("/api/v1/series", "series matching match[] (required)", [_MATCH, *bounds], False),
-        ("/api/v1/labels", "label names", [_MATCH, *bounds], False),
-    ):
-        get = _op(summary, params, evaluates)
-        post = {**_op(summary, [], evaluates), "requestBody": _form(params)}
-        out[path] = {"get": get, "post": post}
-    name = {"name": "name", "in": "path", "required": True, "schema": _STRING}
-    out["/api/v1/label/{name}/values"] = {
-        "get": _op("a label's values", [name, _MATCH, *bounds], False)
-    }
-    out["/api/v1/status/buildinfo"] = {
-        "get": {
-            "summary": "this service's version, in Prometheus's buildinfo shape",
-            "responses": {"200": _json(_SUCCESS, "build information")},
-        }
-    }
+    for route in ROUTES:
+        params = list(route.parameters)
+        if route.handler == "buildinfo":
+            out[route.path] = {
+                "get": {
+                    "summary": route.summary,
+                    "responses": {"200": _json(_SUCCESS, "build information")},
+                }
+            }
+            continue
+        entry = {"get": _op(route.summary, params, route.capped)}
+        if route.post:
+            body = [p for p in params if p["in"] == "query"]
+            entry["post"] = {**_op(route.summary, [], route.capped), "requestBody": _form(body)}
+        out[route.path] = entry
     return out

@@ -7,18 +7,19 @@ POST with a form body, Prometheus's parameters (``time``, ``start``, ``end``, ``
 ``{"status": "error", "errorType": ..., "error": ...}`` (400 ``bad_data``, 422
 ``execution``, 503 ``timeout``). Readers' auth is the middleware's, as for ``/watcher``.
 
-Queries are evaluated in a worker thread, at most ``MAX_CONCURRENT`` at once; each is
-capped in samples touched, series returned and seconds (``promql.values.Limits``).
+Queries are evaluated in a worker thread, at most ``query.max_concurrency`` at once; each
+is capped in samples touched, points held, series returned and seconds (the ``query``
+settings, ``promql.values.Limits``), its wait for a free evaluator counted in its seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import math
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -30,19 +31,20 @@ from isal import igzip
 from multidict import MultiDict, MultiDictProxy
 
 from loadwatcher import __version__
+from loadwatcher._types import IntArray
+from loadwatcher.config.settings import QuerySettings
 from loadwatcher.engine.published import GZIP_LEVEL
 from loadwatcher.http import held as held_read
 from loadwatcher.http import negotiation
 from loadwatcher.http.appkeys import ENGINE_KEY, PROMQL_KEY
 from loadwatcher.promql import evaluate, render, series
-from loadwatcher.promql.storage import SeriesSet, matchers_of
+from loadwatcher.promql.storage import SeriesSet, Storage, matchers_of
 from loadwatcher.promql.values import Budget, ErrorType, Limits, QueryError
 
 GZIP_FROM_BYTES = 4096  # smaller answers go as they are: the header would outweigh the saving
-MAX_CONCURRENT = 2  # the evaluator is CPU work: more at once only queue on the cores
-MAX_POINTS = 11_000  # per series in a range query, as Prometheus
+# Steps of a range query, (end - start) / step, as Prometheus: 11,001 points per series.
+MAX_STEPS = 11_000
 MAX_MATCHES = 64  # match[] selectors of one series/labels request: each is a pass over a set
-LIMITS = Limits()
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 # "All time" for series and labels without start/end: every time a sample can have.
 _MIN_MS, _MAX_MS = 0, 2**42
@@ -52,18 +54,29 @@ _MOST_S = 1e13
 
 
 class State:
-    """The query API's share of the application: its series cache and its gate."""
+    """The query API's share of the application: its caps, its series cache and its gate."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: QuerySettings | None) -> None:
+        self.limits = Limits()
+        concurrency = 2  # the evaluator is CPU work: more at once only queue on the cores
+        if settings is not None:
+            self.limits = Limits(
+                max_samples=settings.max_samples,
+                max_points=settings.max_points,
+                max_series=settings.max_series,
+                timeout_s=settings.timeout_s,
+                lookback_ms=round(settings.lookback_delta_s * 1000),
+            )
+            concurrency = settings.max_concurrency
         self.sources = series.Sources()
-        self.gate = asyncio.Semaphore(MAX_CONCURRENT)
+        self.gate = asyncio.Semaphore(concurrency)
 
 
 def _state(request: web.Request) -> State:
     held = request.app[PROMQL_KEY]
     state = held.get("state")
     if state is None:
-        state = held["state"] = State()
+        state = held["state"] = State(held.get("settings"))
     assert isinstance(state, State)
     return state
 
@@ -128,6 +141,11 @@ def parse_time(text: str, name: str) -> int:
 
 def parse_duration(text: str, name: str) -> int:
     """Seconds (a float) or a Prometheus duration (``1m30s``), to ms."""
+    return round(_seconds(text, name) * 1000)
+
+
+def _seconds(text: str, name: str) -> float:
+    """Seconds (a float) or a Prometheus duration (``1m30s``), in seconds."""
     try:
         seconds = float(text)
     except ValueError:
@@ -139,20 +157,22 @@ def parse_duration(text: str, name: str) -> int:
             ) from None
     if not math.isfinite(seconds) or abs(seconds) > _MOST_S:
         raise _bad(f'invalid parameter "{name}": cannot parse "{text}" to a valid duration')
-    return round(seconds * 1000)
+    return seconds
 
 
-def _budget(form: MultiDictProxy[str]) -> Budget:
-    timeout_s = LIMITS.timeout_s
+def _budget(request: web.Request, form: MultiDictProxy[str]) -> Budget:
+    """The request's budget, its clock running from now: the service's caps, with the
+    request's ``timeout`` when shorter."""
+    limits = _state(request).limits
     if "timeout" in form:
-        asked = parse_duration(form["timeout"], "timeout") / 1000
-        if asked > 0:
-            timeout_s = min(timeout_s, asked)
-    limits = dataclasses.replace(LIMITS, timeout_s=timeout_s)
+        asked = _seconds(form["timeout"], "timeout")
+        if 0 < asked < limits.timeout_s:
+            limits = replace(limits, timeout_s=asked)
     return Budget(limits, time.monotonic)
 
 
-async def _sources(request: web.Request) -> list[SeriesSet]:
+async def _storage(request: web.Request) -> Storage:
+    """What the newest snapshot and the store hold, each set built when a query reads it."""
     engine = request.app[ENGINE_KEY]
     pub = engine.current
     held = await held_read.held(engine.store)
@@ -161,22 +181,24 @@ async def _sources(request: web.Request) -> list[SeriesSet]:
             ErrorType.TIMEOUT, "the sample store is being renumbered; ask again in a moment"
         )
     snap = pub.snapshot if pub is not None else None
-    return await asyncio.to_thread(_state(request).sources.sets, snap, held)
+    return _state(request).sources.storage(snap, held)
 
 
-async def _run(request: web.Request, work: Callable[[list[SeriesSet]], Any]) -> web.Response:
-    """``work`` on the series sets in a worker thread, within the gate; errors in
-    Prometheus's envelope."""
+async def _run(
+    request: web.Request, budget: Budget, work: Callable[[Storage], Any]
+) -> web.Response:
+    """``work`` on what the service holds, in one worker thread, within the gate and
+    ``budget``'s time; errors in Prometheus's envelope."""
     state = _state(request)
     try:
-        async with asyncio.timeout(LIMITS.timeout_s):
+        async with asyncio.timeout(max(0.0, budget.deadline - budget.clock())):
             await state.gate.acquire()
     except TimeoutError:
         return _error(ErrorType.TIMEOUT, "query timed out in query queue")
     gzip = negotiation.accepts_gzip(request.headers.get("Accept-Encoding"))
     try:
-        sets = await _sources(request)
-        body, packed = await asyncio.to_thread(_encoded, work, sets, gzip)
+        storage = await _storage(request)
+        body, packed = await asyncio.to_thread(_encoded, work, storage, gzip)
     except QueryError as exc:
         return _error(exc.kind, exc.message)
     finally:
@@ -187,12 +209,10 @@ async def _run(request: web.Request, work: Callable[[list[SeriesSet]], Any]) -> 
     return web.Response(body=body, headers=headers, content_type="application/json")
 
 
-def _encoded(
-    work: Callable[[list[SeriesSet]], Any], sets: list[SeriesSet], gzip: bool
-) -> tuple[bytes, bool]:
+def _encoded(work: Callable[[Storage], Any], storage: Storage, gzip: bool) -> tuple[bytes, bool]:
     """The answer's body, gzip-compressed (off the event loop, as the rest) when the client
     takes it and it is worth it."""
-    body = orjson.dumps({"status": "success", "data": work(sets)})
+    body = orjson.dumps({"status": "success", "data": work(storage)})
     if gzip and len(body) > GZIP_FROM_BYTES:
         return igzip.compress(body, GZIP_LEVEL), True
     return body, False
@@ -203,10 +223,12 @@ async def query(request: web.Request) -> web.Response:
         form = await _form(request)
         text = form.get("query", "")
         at = parse_time(form["time"], "time") if "time" in form else _now_ms(request)
-        budget = _budget(form)
+        budget = _budget(request, form)
     except QueryError as exc:
         return _error(exc.kind, exc.message)
-    return await _run(request, lambda sets: render.data(evaluate.instant(sets, text, at, budget)))
+    return await _run(
+        request, budget, lambda sets: render.data(evaluate.instant(sets, text, at, budget))
+    )
 
 
 async def query_range(request: web.Request) -> web.Response:
@@ -226,16 +248,17 @@ async def query_range(request: web.Request) -> web.Response:
                 'invalid parameter "step": zero or negative query resolution step widths '
                 "are not accepted. Try a positive integer"
             )
-        if (end - start) // step >= MAX_POINTS:
+        if (end - start) // step > MAX_STEPS:
             raise _bad(
                 "exceeded maximum resolution of 11,000 points per timeseries. Try decreasing "
                 "the query resolution (?step=XX)"
             )
-        budget = _budget(form)
+        budget = _budget(request, form)
     except QueryError as exc:
         return _error(exc.kind, exc.message)
     return await _run(
         request,
+        budget,
         lambda sets: render.data(evaluate.range_query(sets, text, start, end, step, budget)),
     )
 
@@ -244,107 +267,102 @@ def _now_ms(request: web.Request) -> int:
     return round(request.app[ENGINE_KEY].clock() * 1000)
 
 
-def _range(form: MultiDictProxy[str]) -> tuple[int, int]:
-    start = parse_time(form["start"], "start") if "start" in form else _MIN_MS
-    end = parse_time(form["end"], "end") if "end" in form else _MAX_MS
-    return start, end
+@dataclass(frozen=True)
+class _Listing:
+    """A series or labels request: its ``match[]`` selectors, time range and budget."""
 
+    matches: list[str]
+    start: int
+    end: int
+    budget: Budget
 
-def _selected(
-    sets: Sequence[SeriesSet], matches: list[str], start: int, end: int
-) -> list[tuple[SeriesSet, Any]]:
-    """Each set's rows matching any of ``match[]`` with a sample in ``[start, end]``."""
-    if len(matches) > MAX_MATCHES:
-        raise _bad(f'invalid parameter "match[]": at most {MAX_MATCHES} selectors at once')
-    selectors = []
-    for text in matches:
-        node = evaluate.parse(text)
-        if not isinstance(node, promql_parser.VectorSelector):
-            raise _bad(f'invalid parameter "match[]": {text!r} is not a series selector')
-        selectors.append(matchers_of(node))
-    budget = Budget(LIMITS, time.monotonic)
-    out = []
-    for s in sets:
-        hits = set()
+    @classmethod
+    async def of(cls, request: web.Request) -> _Listing:
+        form = await _form(request)
+        matches = form.getall("match[]", [])
+        if len(matches) > MAX_MATCHES:
+            raise _bad(f'invalid parameter "match[]": at most {MAX_MATCHES} selectors at once')
+        start = parse_time(form["start"], "start") if "start" in form else _MIN_MS
+        end = parse_time(form["end"], "end") if "end" in form else _MAX_MS
+        return cls(matches, start, end, _budget(request, form))
+
+    def picked(self, storage: Storage) -> list[tuple[SeriesSet, IntArray]]:
+        """Each set's rows matching any of ``match[]`` (all without one) with a sample in
+        the range."""
+        if not self.matches:
+            return [(s, self._in_range(s, np.arange(len(s.labels)))) for s in storage.all()]
+        selectors = []
+        for text in self.matches:
+            node = evaluate.parse(text)
+            if not isinstance(node, promql_parser.VectorSelector):
+                raise _bad(f'invalid parameter "match[]": {text!r} is not a series selector')
+            selectors.append(matchers_of(node))
+        hits: dict[int, tuple[SeriesSet, set[int]]] = {}
         for matchers in selectors:
-            budget.check_time()
-            hits.update(s.select(matchers).tolist())
-        if hits:
-            rows = s.with_samples_in(np.array(sorted(hits), np.int64), start, end)
-            out.append((s, rows))
-    return out
+            for s in storage.matching(matchers):
+                self.budget.check_time()
+                hits.setdefault(id(s), (s, set()))[1].update(s.select(matchers).tolist())
+        return [
+            (s, self._in_range(s, np.array(sorted(rows), np.int64)))
+            for s, rows in hits.values()
+            if rows
+        ]
 
-
-def _all_rows(sets: Sequence[SeriesSet], start: int, end: int) -> list[tuple[SeriesSet, Any]]:
-    return [
-        (s, s.with_samples_in(np.arange(len(s.labels), dtype=np.int64), start, end)) for s in sets
-    ]
+    def _in_range(self, s: SeriesSet, rows: IntArray) -> IntArray:
+        self.budget.check_time()
+        return s.with_samples_in(rows, self.start, self.end)
 
 
 async def series_list(request: web.Request) -> web.Response:
     try:
-        form = await _form(request)
-        matches = form.getall("match[]", [])
-        if not matches:
+        listing = await _Listing.of(request)
+        if not listing.matches:
             raise _bad("no match[] parameter provided")
-        start, end = _range(form)
     except QueryError as exc:
         return _error(exc.kind, exc.message)
 
-    def work(sets: list[SeriesSet]) -> list[dict[str, str]]:
-        found = {s.labels[r] for s, rows in _selected(sets, matches, start, end) for r in rows}
-        if len(found) > LIMITS.max_series:
+    def work(storage: Storage) -> list[dict[str, str]]:
+        found = {s.labels[r] for s, rows in listing.picked(storage) for r in rows.tolist()}
+        most = listing.budget.limits.max_series
+        if len(found) > most:
             raise QueryError(
                 ErrorType.EXECUTION,
-                f"{len(found)} series match, more than this service returns "
-                f"({LIMITS.max_series}): narrow the selectors",
+                f"{len(found)} series match, more than this service returns ({most}): "
+                "narrow the selectors",
             )
         return [dict(lab) for lab in sorted(found)]
 
-    return await _run(request, work)
+    return await _run(request, listing.budget, work)
 
 
-def _picked(sets: list[SeriesSet], form: MultiDictProxy[str]) -> list[tuple[SeriesSet, Any]]:
-    start, end = _range(form)
-    matches = form.getall("match[]", [])
-    return _selected(sets, matches, start, end) if matches else _all_rows(sets, start, end)
+async def _labels(request: web.Request, name: str | None) -> web.Response:
+    """The label names (``name`` None) or the values of label ``name`` of the series picked."""
+    try:
+        if name is not None and not _LABEL_NAME.match(name):
+            raise _bad(f"invalid label name: {name!r}")
+        listing = await _Listing.of(request)
+    except QueryError as exc:
+        return _error(exc.kind, exc.message)
+
+    def work(storage: Storage) -> list[str]:
+        found: set[str] = set()
+        for s, rows in listing.picked(storage):
+            for r in rows.tolist():
+                if name is None:
+                    found.update(k for k, _ in s.labels[r])
+                else:
+                    found.update(v for k, v in s.labels[r] if k == name)
+        return sorted(found)
+
+    return await _run(request, listing.budget, work)
 
 
 async def labels(request: web.Request) -> web.Response:
-    try:
-        form = await _form(request)
-        _range(form)
-    except QueryError as exc:
-        return _error(exc.kind, exc.message)
-
-    def work(sets: list[SeriesSet]) -> list[str]:
-        names: set[str] = set()
-        for s, rows in _picked(sets, form):
-            for r in rows.tolist():
-                names.update(k for k, _ in s.labels[r])
-        return sorted(names)
-
-    return await _run(request, work)
+    return await _labels(request, None)
 
 
 async def label_values(request: web.Request) -> web.Response:
-    name = request.match_info["name"]
-    try:
-        if not _LABEL_NAME.match(name):
-            raise _bad(f"invalid label name: {name!r}")
-        form = await _form(request)
-        _range(form)
-    except QueryError as exc:
-        return _error(exc.kind, exc.message)
-
-    def work(sets: list[SeriesSet]) -> list[str]:
-        found: set[str] = set()
-        for s, rows in _picked(sets, form):
-            for r in rows.tolist():
-                found.update(v for k, v in s.labels[r] if k == name)
-        return sorted(found)
-
-    return await _run(request, work)
+    return await _labels(request, request.match_info["name"])
 
 
 async def buildinfo(request: web.Request) -> web.Response:
@@ -361,13 +379,3 @@ async def buildinfo(request: web.Request) -> web.Response:
             "application": "loadwatcher",
         }
     )
-
-
-HANDLERS: dict[str, Callable[[web.Request], Any]] = {
-    "query": query,
-    "query_range": query_range,
-    "series": series_list,
-    "labels": labels,
-    "label_values": label_values,
-    "buildinfo": buildinfo,
-}

@@ -16,7 +16,7 @@ import promql_parser
 
 from loadwatcher._types import IntArray
 from loadwatcher.promql import aggregate, binary, functions, selectors
-from loadwatcher.promql.storage import SeriesSet
+from loadwatcher.promql.storage import SeriesSet, Storage
 from loadwatcher.promql.values import (
     Budget,
     ErrorType,
@@ -54,8 +54,9 @@ def parse(text: str) -> promql_parser.Expr:
         ) from None
 
 
-def instant(storage: Sequence[SeriesSet], text: str, at_ms: int, budget: Budget) -> Result:
+def instant(sets: Storage | Sequence[SeriesSet], text: str, at_ms: int, budget: Budget) -> Result:
     """``/api/v1/query``: the expression at one time (ms)."""
+    storage = Storage.of(sets)
     node = _unwrap(parse(text))
     steps = np.array([at_ms], np.int64)
     if isinstance(node, promql_parser.MatrixSelector):
@@ -67,7 +68,7 @@ def instant(storage: Sequence[SeriesSet], text: str, at_ms: int, budget: Budget)
 
 
 def range_query(
-    storage: Sequence[SeriesSet],
+    sets: Storage | Sequence[SeriesSet],
     text: str,
     start_ms: int,
     end_ms: int,
@@ -75,6 +76,7 @@ def range_query(
     budget: Budget,
 ) -> Result:
     """``/api/v1/query_range``: the expression at ``start``, ``start + step``, ... ``<= end``."""
+    storage = Storage.of(sets)
     node = _unwrap(parse(text))
     if isinstance(node, promql_parser.MatrixSelector):
         raise QueryError(
@@ -113,7 +115,7 @@ def _unwrap(node: promql_parser.Expr) -> promql_parser.Expr:
 
 
 class _Evaluator:
-    def __init__(self, storage: Sequence[SeriesSet], steps: IntArray, budget: Budget) -> None:
+    def __init__(self, storage: Storage, steps: IntArray, budget: Budget) -> None:
         self.storage, self.steps, self.budget = storage, steps, budget
 
     def eval(self, node: promql_parser.Expr) -> Value:

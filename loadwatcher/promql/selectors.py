@@ -12,7 +12,6 @@ each function is one ``reduceat`` over it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import timedelta
 
 import numpy as np
@@ -20,7 +19,7 @@ import promql_parser
 
 from loadwatcher._types import FloatArray, IntArray
 from loadwatcher.promql import folds
-from loadwatcher.promql.storage import SeriesSet, matchers_of
+from loadwatcher.promql.storage import Storage, matchers_of
 from loadwatcher.promql.values import (
     Budget,
     Labels,
@@ -66,7 +65,7 @@ def _offset(sel: promql_parser.VectorSelector) -> int:
 
 
 def instant(
-    storage: Sequence[SeriesSet],
+    storage: Storage,
     sel: promql_parser.VectorSelector,
     steps: IntArray,
     budget: Budget,
@@ -77,7 +76,7 @@ def instant(
     labels: list[Labels] = []
     values: list[FloatArray] = []
     present = []
-    for s in storage:
+    for s in storage.matching(matchers):
         rows = s.select(matchers)
         if rows.shape[0] == 0:
             continue
@@ -102,7 +101,7 @@ def in_label_order(vec: Vector, full: list[Labels]) -> Vector:
 
 
 def raw(
-    storage: Sequence[SeriesSet],
+    storage: Storage,
     node: promql_parser.MatrixSelector,
     at: int,
     budget: Budget,
@@ -115,7 +114,7 @@ def raw(
     ts: list[IntArray] = []
     vals: list[FloatArray] = []
     lengths: list[int] = []
-    for s in storage:
+    for s in storage.matching(matchers):
         rows = s.select(matchers)
         if rows.shape[0] == 0:
             continue
@@ -142,7 +141,7 @@ def raw(
 
 def over_time(
     func: str,
-    storage: Sequence[SeriesSet],
+    storage: Storage,
     node: promql_parser.MatrixSelector,
     steps: IntArray,
     budget: Budget,
@@ -157,7 +156,7 @@ def over_time(
     full: list[Labels] = []
     values: list[FloatArray] = []
     present = []
-    for s in storage:
+    for s in storage.matching(matchers):
         rows = s.select(matchers)
         if rows.shape[0] == 0:
             continue

@@ -31,7 +31,7 @@ from loadwatcher._types import IntArray
 from loadwatcher.model import Resource
 from loadwatcher.pipeline.snapshot import Snapshot
 from loadwatcher.pipeline.store import Held
-from loadwatcher.promql.storage import Index, SeriesSet, series_set
+from loadwatcher.promql.storage import Index, SeriesSet, Storage, series_set
 from loadwatcher.promql.values import Labels
 
 ROLLUP_NAMES: dict[Resource, str] = {
@@ -44,6 +44,7 @@ RAW_NAMES: dict[Resource, str] = {
     Resource.DISK: "instance:node_disk_utilisation:ratio",
     Resource.ENERGY: "instance:node_energy_utilisation:ratio",
 }
+_ROLLUP_NAMES, _RAW_NAMES = frozenset(ROLLUP_NAMES.values()), frozenset(RAW_NAMES.values())
 
 
 def _quality(snap: Snapshot, node: str, resource: Resource) -> str:
@@ -192,11 +193,20 @@ class Sources:
         with self._lock:
             return len(self._sets)
 
-    def sets(self, snap: Snapshot | None, held: Held | None) -> list[SeriesSet]:
-        out: list[SeriesSet] = []
+    def storage(self, snap: Snapshot | None, held: Held | None) -> Storage:
+        """The rollups of ``snap`` and the samples of ``held``, each built (or taken from
+        the cache) when a query first reads it."""
+        parts: list[tuple[frozenset[str] | None, Callable[[], SeriesSet]]] = []
         if snap is not None:
-            out.append(self._cached(snap, 0, None, lambda: rollups(snap)))
+            parts.append(
+                (_ROLLUP_NAMES, lambda: self._cached(snap, 0, None, lambda: rollups(snap)))
+            )
         if held is not None:
             # The keys grow in place: their count tells a new series; markers are replaced.
-            out.append(self._cached(held.cols, len(held.keys), held.ends, lambda: raw(held)))
-        return out
+            parts.append(
+                (
+                    _RAW_NAMES,
+                    lambda: self._cached(held.cols, len(held.keys), held.ends, lambda: raw(held)),
+                )
+            )
+        return Storage(parts)

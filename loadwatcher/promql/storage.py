@@ -13,7 +13,7 @@ are each one ``searchsorted``.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any
@@ -191,12 +191,6 @@ class SeriesSet:
             mask &= hit
         return np.flatnonzero(mask)
 
-    def names(self) -> set[str]:
-        return set(self._index)
-
-    def label_values(self, name: str) -> set[str]:
-        return set(self._index.get(name, {}))
-
     def with_samples_in(self, rows: IntArray, start: int, end: int) -> IntArray:
         """The rows of ``rows`` with a sample in ``[start, end]`` (ms)."""
         lo, hi = self.window(rows, np.array([end], np.int64), end - start)
@@ -243,3 +237,40 @@ def series_set(
     np.cumsum(lengths, out=starts[1:])
     keys = np.empty(0, np.int64) if ends is None else ends[0] * _KEY_SHIFT + ends[1]
     return SeriesSet(labels, starts, ts.astype(np.int64, copy=False), values, index, keys)
+
+
+class Storage:
+    """The series sets a query may read, each built when a selector that may match it first
+    asks (the raw samples cost nothing to a query of the rollups only).
+
+    A part is ``(names, build)``: the metric names its series can have (None: any), and
+    what builds it; a built set is kept for the rest of the query.
+    """
+
+    def __init__(
+        self, parts: Sequence[tuple[frozenset[str] | None, Callable[[], SeriesSet]]]
+    ) -> None:
+        self._parts = list(parts)
+        self._built: dict[int, SeriesSet] = {}
+
+    @classmethod
+    def of(cls, sets: Storage | Sequence[SeriesSet]) -> Storage:
+        if isinstance(sets, Storage):
+            return sets
+        return cls([(None, lambda s=s: s) for s in sets])  # type: ignore[misc]
+
+    def _get(self, i: int) -> SeriesSet:
+        built = self._built.get(i)
+        if built is None:
+            built = self._built[i] = self._parts[i][1]()
+        return built
+
+    def matching(self, matchers: Sequence[Matcher]) -> Iterator[SeriesSet]:
+        """The sets that may hold a series ``matchers`` select."""
+        on_name = [m for m in matchers if m.name == METRIC_NAME]
+        for i, (names, _) in enumerate(self._parts):
+            if names is None or any(all(m.matches(n) for m in on_name) for n in names):
+                yield self._get(i)
+
+    def all(self) -> list[SeriesSet]:
+        return [self._get(i) for i in range(len(self._parts))]

@@ -19,6 +19,7 @@ sums, so the answers agree to the last bit, as text.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import struct
 import subprocess
@@ -29,7 +30,7 @@ from typing import Any
 import aiohttp
 import cramjam
 import pytest
-from backends import Server, get_json, require_binary
+from backends import Server, get_json, http_request, require_binary
 from remote_write import push, write_request
 from service import settings
 
@@ -263,6 +264,22 @@ async def test_range_queries_answer_as_prometheus(pair: Pair) -> None:
             params = {"query": query, "start": str(start), "end": str(end), "step": step}
             ours, theirs = await _both(pair, "/api/v1/query_range", params)
             assert_same(normalised(ours), normalised(theirs), f"{query} {start}..{end}/{step}")
+
+
+async def test_the_range_cap_is_prometheus_own(pair: Pair) -> None:
+    """11,001 points per series are answered, one more is bad_data, on both."""
+    for steps, status in ((11_000, "success"), (11_001, "error")):
+        params = {"query": "1", "start": str(pair.end - steps), "end": str(pair.end), "step": "1"}
+
+        def ask(base: str, params: dict[str, str] = params) -> Any:
+            _, body = http_request("GET", base + "/api/v1/query_range", params=params)
+            return json.loads(body)
+
+        ours = await asyncio.to_thread(ask, pair.service)
+        theirs = await asyncio.to_thread(ask, pair.prom.url)
+        assert ours["status"] == theirs["status"] == status, steps
+        if status == "error":
+            assert ours["errorType"] == theirs["errorType"] == "bad_data"
 
 
 async def test_series_and_labels_answer_as_prometheus(pair: Pair) -> None:

@@ -9,6 +9,7 @@ times. Parity with a real Prometheus is tests/integration/test_promql_parity.py.
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 from typing import Any
 
@@ -22,20 +23,21 @@ from loadwatcher.http import api, promapi
 from loadwatcher.http import held as held_read
 from loadwatcher.http.appkeys import ENGINE_KEY, PROMQL_KEY
 from loadwatcher.http.security import TokenFile
-from loadwatcher.promql.values import Limits
 from tests.unit.push.test_push_http import CPU, MEM, SNAPPY, T, write_request
 
 Client = TestClient[web.Request, web.Application]
 NODES = {"node-a": (0.25, 0.5), "node-b": (0.75, 0.125)}  # cpu, memory (ratios)
 
 
-async def start(aiohttp_client: Any, tokens: TokenFile | None = None) -> Client:
-    config = settings({"METRICS_PROVIDER_NAME": "push"})
+async def start(aiohttp_client: Any, tokens: TokenFile | None = None, **env: str) -> Client:
+    config = settings({"METRICS_PROVIDER_NAME": "push", **env})
     engine = app.build_engine(config)
     receiver = app.build_receiver(config, engine)
     assert receiver is not None
     receiver.clock = lambda: T
-    client: Client = await aiohttp_client(api.make_app(engine, tokens=tokens, receiver=receiver))
+    client: Client = await aiohttp_client(
+        api.make_app(engine, tokens=tokens, receiver=receiver, query=config.query)
+    )
     headers = {"Authorization": "Bearer read-secret"} if tokens else {}
     # Three samples a node, 15 s apart, ending at T; the last at the given values.
     series = []
@@ -230,19 +232,70 @@ async def test_series_labels_and_values(client: Client) -> None:
     assert isinstance(build["data"]["version"], str)
 
 
-async def test_caps_answer_with_prometheus_error_types(
-    client: Client, monkeypatch: pytest.MonkeyPatch
+async def test_caps_are_settings_and_answer_with_prometheus_error_types(
+    aiohttp_client: Any,
 ) -> None:
-    monkeypatch.setattr(promapi, "LIMITS", Limits(max_samples=5, max_series=1))
+    client = await start(
+        aiohttp_client, LOADWATCHER_QUERY_MAX_SAMPLES="5", LOADWATCHER_QUERY_MAX_SERIES="1"
+    )
     many = await get(client, "/api/v1/query", 422, query=f"{CPU}[1m]", time=str(T))
     assert many["errorType"] == "execution"
     assert "too many samples" in many["error"]
-    monkeypatch.setattr(promapi, "LIMITS", Limits(max_series=1))
     wide = await get(client, "/api/v1/query", 422, query=CPU, time=str(T))
     assert "more than this service returns" in wide["error"]
-    monkeypatch.setattr(promapi, "LIMITS", Limits(timeout_s=0.0))
+    assert "(1)" in (await get(client, "/api/v1/series", 422, form={"match[]": CPU}))["error"]
+    client = await start(aiohttp_client, LOADWATCHER_QUERY_TIMEOUT_S="0.000001")
     slow = await get(client, "/api/v1/query", 503, query=CPU, time=str(T))
     assert slow["errorType"] == "timeout"
+    client = await start(aiohttp_client, LOADWATCHER_QUERY_LOOKBACK_DELTA_S="10")
+    # The newest samples are at T: 11 s later they are beyond a 10 s lookback.
+    assert (await get(client, "/api/v1/query", query=CPU, time=str(T + 10)))["data"]["result"]
+    assert not (await get(client, "/api/v1/query", query=CPU, time=str(T + 11)))["data"]["result"]
+
+
+async def test_every_endpoint_keeps_a_shorter_timeout_of_the_request(client: Client) -> None:
+    """``timeout`` bounds the whole request, as Prometheus's: evaluation, the series and
+    labels listings, and the wait for a free evaluator."""
+    for path, form in (
+        ("/api/v1/query", {"query": CPU, "time": str(T)}),
+        ("/api/v1/query_range", {"query": CPU, "start": str(T - 60), "end": str(T), "step": "15"}),
+        ("/api/v1/series", {"match[]": CPU}),
+        ("/api/v1/labels", {}),
+        ("/api/v1/label/instance/values", {"match[]": CPU}),
+    ):
+        assert (await get(client, path, form=form))["status"] == "success", path
+        late = await get(client, path, 503, form={**form, "timeout": "0.000001"})
+        assert late["errorType"] == "timeout", path
+    state = client.app[PROMQL_KEY]["state"]
+    for _ in range(2):
+        await state.gate.acquire()
+    try:
+        waited = await asyncio.wait_for(
+            get(client, "/api/v1/query", 503, query="1", timeout="0.2"), timeout=5
+        )
+        assert "queue" in waited["error"]
+    finally:
+        state.gate.release()
+        state.gate.release()
+
+
+async def test_a_range_of_11001_points_is_answered_and_one_more_refused(client: Client) -> None:
+    """Prometheus refuses (end - start) / step above 11,000, so 11,001 points pass."""
+    end = T
+    ok = await get(
+        client, "/api/v1/query_range", query="1", start=str(end - 11_000), end=str(end), step="1"
+    )
+    assert len(ok["data"]["result"][0]["values"]) == 11_001
+    over = await get(
+        client,
+        "/api/v1/query_range",
+        400,
+        query="1",
+        start=str(end - 11_001),
+        end=str(end),
+        step="1",
+    )
+    assert "11,000 points" in over["error"]
 
 
 async def test_readers_token_as_for_watcher(aiohttp_client: Any, tmp_path: Any) -> None:
@@ -258,11 +311,11 @@ async def test_readers_token_as_for_watcher(aiohttp_client: Any, tmp_path: Any) 
 
 
 async def test_a_full_queue_is_a_timeout_and_many_selectors_are_refused(
-    client: Client, monkeypatch: pytest.MonkeyPatch
+    aiohttp_client: Any,
 ) -> None:
     """Two queries at a time: one that waits its turn past the time cap is a timeout, not
     a growing queue; a series request with more selectors than the cap is bad_data."""
-    monkeypatch.setattr(promapi, "LIMITS", Limits(timeout_s=0.2))
+    client = await start(aiohttp_client, LOADWATCHER_QUERY_TIMEOUT_S="0.2")
     await get(client, "/api/v1/query", query="1")  # the API's state exists
     state = client.app[PROMQL_KEY]["state"]
     await state.gate.acquire()
@@ -306,3 +359,14 @@ async def test_no_answer_without_the_samples(
     busy = await get(client, "/api/v1/query", 503, query=CPU, time=str(T))
     assert busy["errorType"] == "timeout"
     assert "renumbered" in busy["error"]
+
+
+def test_each_route_is_declared_once_and_names_its_handler() -> None:
+    """The router and the OpenAPI document read one list; each entry names a handler."""
+    from loadwatcher.http import openapi_promql
+
+    paths = [route.path for route in openapi_promql.ROUTES]
+    assert len(set(paths)) == len(paths)
+    assert set(openapi_promql.paths()) == set(paths)
+    for route in openapi_promql.ROUTES:
+        assert callable(getattr(promapi, route.handler)), route.handler

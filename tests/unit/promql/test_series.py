@@ -13,6 +13,7 @@ from loadwatcher.model import WINDOWS, Resource, Series
 from loadwatcher.pipeline import analysis, snapshot
 from loadwatcher.pipeline.store import SampleStore
 from loadwatcher.promql import series
+from loadwatcher.promql.storage import Matcher
 
 NOW = 1_700_000_000.0
 
@@ -79,12 +80,12 @@ def test_raw_samples_under_the_providers_names() -> None:
 def test_the_cache_lets_go_with_the_snapshot_and_columns() -> None:
     sources = series.Sources()
     store, snap = build()
-    first = sources.sets(snap, store.held())
+    first = sources.storage(snap, store.held()).all()
     assert sources.held() == 2
-    assert sources.sets(snap, store.held())[0] is first[0]  # built once
+    assert sources.storage(snap, store.held()).all()[0] is first[0]  # built once
     # The next cycle: a new snapshot, new columns; the old ones are gone.
     store2, snap2 = build()
-    second = sources.sets(snap2, store2.held())
+    second = sources.storage(snap2, store2.held()).all()
     assert second[0] is not first[0]
     del snap, store, first
     gc.collect()
@@ -92,3 +93,22 @@ def test_the_cache_lets_go_with_the_snapshot_and_columns() -> None:
     del snap2, store2, second
     gc.collect()
     assert sources.held() == 0
+
+
+def test_a_set_is_built_only_when_a_selector_may_match_it() -> None:
+    """The descheduler's query reads the rollups only: the raw samples are not built for it
+    (and the other way round), and a selector without a metric name reads both."""
+    store, snap = build()
+    sources = series.Sources()
+    storage = sources.storage(snap, store.held())
+    rollup = [Matcher("__name__", "=", "loadwatcher_node_cpu_utilisation_ratio")]
+    assert len(list(storage.matching(rollup))) == 1
+    assert sources.held() == 1
+    raw = [Matcher("__name__", "=~", "instance:.*")]
+    assert [dict(s.labels[0])["__name__"] for s in storage.matching(raw)] == [
+        "instance:node_cpu:ratio"
+    ]
+    assert sources.held() == 2
+    fresh = series.Sources().storage(snap, store.held())
+    assert len(list(fresh.matching([Matcher("instance", "=", "n1")]))) == 2
+    assert not list(fresh.matching([Matcher("__name__", "=", "up")]))
