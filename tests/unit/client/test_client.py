@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from backends import serving_json
 
 from loadwatcher.client import (
     InvalidSnapshotError,
@@ -26,6 +25,7 @@ from loadwatcher.client import (
     parse_snapshot,
 )
 from loadwatcher.errors import ClientError
+from tests.support.backends import serving_json
 
 NOW = 1_700_000_000
 

@@ -17,11 +17,11 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
-from backends import free_port
 
 from loadwatcher.cli import main
+from tests.support.backends import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SECRET = "page-body-7d3f"  # in every foreign body: it must never reach the terminal
 
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,6 +29,7 @@ from loadwatcher.pipeline import analysis
 from loadwatcher.pipeline.store import SampleStore
 from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
+from tests.support.fuzzing import examples
 
 T0 = 1_700_000_000.0
 NAMES = {Resource.CPU: "cpu", Resource.MEMORY: "memory"}

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +23,7 @@ from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import FetchResult, Resource, Series
 from loadwatcher.pipeline.analysis import Quality, Thresholds
 from loadwatcher.pipeline.store import SampleStore
+from tests.support.fuzzing import examples
 
 T0 = 1_700_000_000.0
 NAMES = {Resource.CPU: "cpu", Resource.MEMORY: "memory"}

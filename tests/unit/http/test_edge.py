@@ -22,17 +22,15 @@ from aiohttp.abc import AbstractStreamWriter
 from aiohttp.web_protocol import RequestHandler
 from hypothesis import given
 from hypothesis import strategies as st
-from service import settings
-
-# A sibling test module: on sys.path when pytest runs (rootdir import), not on mypy's path.
-from test_published import make_snapshot  # type: ignore[import-not-found]
-from tls import make_pki
 
 from loadwatcher import app
 from loadwatcher.engine import published
 from loadwatcher.errors import StartError
 from loadwatcher.http import api, descriptors, edge
 from loadwatcher.http.security import TlsReloader
+from tests.support.service import settings
+from tests.support.tls import make_pki
+from tests.unit.engine.test_published import make_snapshot
 
 pytestmark = pytest.mark.unit
 

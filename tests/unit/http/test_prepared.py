@@ -21,18 +21,16 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 from aiohttp.web_protocol import RequestHandler
-from backends import free_port
-from service import settings
-
-# A sibling test module: on sys.path when pytest runs (rootdir import), not on mypy's path.
-from test_published import make_snapshot  # type: ignore[import-not-found]
-from tls import make_pki
 
 from loadwatcher import app
 from loadwatcher.engine import Engine, published
 from loadwatcher.http import api, edge, negotiation, prepared
 from loadwatcher.http.security import TlsReloader
 from loadwatcher.wire.formats import Format
+from tests.support.backends import free_port
+from tests.support.service import settings
+from tests.support.tls import make_pki
+from tests.unit.engine.test_published import make_snapshot
 
 
 @pytest.mark.parametrize(

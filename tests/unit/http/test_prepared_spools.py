@@ -15,11 +15,11 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from fuzzing import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loadwatcher.http import descriptors, prepared
+from tests.support.fuzzing import examples
 
 pytestmark = pytest.mark.unit
 

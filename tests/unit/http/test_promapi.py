@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
-from service import settings
 
 from loadwatcher import app
 from loadwatcher.http import api, promapi
@@ -23,6 +22,7 @@ from loadwatcher.http import held as held_read
 from loadwatcher.http.appkeys import ENGINE_KEY, PROMQL_KEY
 from loadwatcher.http.security import TokenFile
 from loadwatcher.promql.values import Limits
+from tests.support.service import settings
 from tests.unit.push.test_push_http import CPU, MEM, SNAPPY, T, write_request
 
 Client = TestClient[web.Request, web.Application]

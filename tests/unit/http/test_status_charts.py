@@ -12,7 +12,6 @@ import sys
 import threading
 
 import numpy as np
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +20,7 @@ from loadwatcher.http.statuslist import ListOptions
 from loadwatcher.model import Resource, Series
 from loadwatcher.pipeline import snapshot
 from loadwatcher.pipeline.store import SampleStore
+from tests.support.fuzzing import examples
 
 NOW = 10_000.0
 NAMES = {Resource.CPU: "cpu", Resource.MEMORY: "memory"}

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from faults import journal_rows
 
 from loadwatcher.journal import codec
 from loadwatcher.journal.schema import CACHE_KIB, SCHEMA_VERSION
@@ -20,6 +19,7 @@ from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import Columns, Resource, Series
 from loadwatcher.pipeline import snapshot
 from loadwatcher.pipeline.store import SampleStore
+from tests.support.faults import journal_rows
 
 NAMES = {Resource.CPU: "cpu_q", Resource.MEMORY: "mem_q"}
 KEYS = [("a", Resource.CPU), ("b", Resource.MEMORY)]

@@ -12,19 +12,19 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_journal_format import (  # type: ignore[import-not-found]
+
+from loadwatcher.journal import identity
+from loadwatcher.journal.identity import APPLICATION_ID, NotAJournal
+from loadwatcher.journal.sqlite import Journal
+from tests.support.fuzzing import examples
+from tests.unit.journal.test_journal_format import (
     assert_moved_aside_and_replaced,
     cols,
     load,
     write,
 )
-
-from loadwatcher.journal import identity
-from loadwatcher.journal.identity import APPLICATION_ID, NotAJournal
-from loadwatcher.journal.sqlite import Journal
 
 
 def other_apps_db(db: Path) -> None:

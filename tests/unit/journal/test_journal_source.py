@@ -17,8 +17,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from service import settings
-from test_journal_format import KEYS, cols  # type: ignore[import-not-found]
 
 from loadwatcher.engine.persistence import Persistence
 from loadwatcher.engine.selfmetrics import SelfMetrics
@@ -26,6 +24,8 @@ from loadwatcher.journal import schema
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.pipeline import health
 from loadwatcher.providers.source import public_address, source_of
+from tests.support.service import settings
+from tests.unit.journal.test_journal_format import KEYS, cols
 
 PROM = {"provider": "prometheus", "address": "http://prom:9090", "node_label": "instance"}
 HOST = {"provider": "host", "metric.cpu": "host.cpu.utilisation"}

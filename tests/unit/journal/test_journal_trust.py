@@ -1,7 +1,7 @@
 """What the journal vouches for: one process at a time, and rows that prove their bytes.
 
 Driven on ``codec`` and ``Journal`` directly; the same behaviours through the engine are in
-test_fault_handling.py and through real processes in tests/system/test_journal_lock.py.
+tests/unit/test_fault_handling.py and through real processes in tests/system/test_journal_lock.py.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +19,7 @@ from loadwatcher.journal.lock import JournalLocked
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import Resource, Series
 from loadwatcher.pipeline.store import SampleStore
+from tests.support.fuzzing import examples
 
 values = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),

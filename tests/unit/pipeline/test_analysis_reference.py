@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any, cast
 
 import numpy as np
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +18,7 @@ from loadwatcher.model import LONGEST_WINDOW_S, Resource, Series
 from loadwatcher.pipeline import analysis
 from loadwatcher.pipeline.analysis import FROZEN_MIN_SAMPLES, SEVERITY, Quality, Thresholds
 from loadwatcher.pipeline.store import SampleStore
+from tests.support.fuzzing import examples
 
 NOW = 100_000.0
 KINDS = ("regular", "stale", "frozen", "frozen_short", "gappy", "few", "long", "recent", "idle")

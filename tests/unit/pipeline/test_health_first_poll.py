@@ -12,9 +12,9 @@ import re
 from collections.abc import AsyncIterator
 
 import pytest
-from service import prometheus_engine
 
 from loadwatcher.pipeline import health
+from tests.support.service import prometheus_engine
 
 
 @pytest.fixture

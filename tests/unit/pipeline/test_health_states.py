@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from service import settings
 
 from loadwatcher.errors import ConfigError
 from loadwatcher.pipeline import health
 from loadwatcher.pipeline.health import Status
+from tests.support.service import settings
 
 NOW = 1000.0
 MAX_AGE = 55.0

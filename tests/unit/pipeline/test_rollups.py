@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from synth import one_window
 
 from loadwatcher.model import WINDOWS, Operator, Resource, Series, Window
 from loadwatcher.pipeline import rollups
 from loadwatcher.pipeline.store import SampleStore
+from tests.support.fuzzing import examples
+from tests.support.synth import one_window
 
 W15 = WINDOWS[-1]
 

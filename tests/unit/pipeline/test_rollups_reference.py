@@ -14,14 +14,14 @@ import statistics
 
 import numpy as np
 import pytest
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from synth import one_window
 
 from loadwatcher.model import WINDOWS, Columns, Operator, Resource, Series
 from loadwatcher.pipeline import corroboration, rollups
 from loadwatcher.pipeline.store import SampleStore
+from tests.support.fuzzing import examples
+from tests.support.synth import one_window
 
 KINDS = ("one", "two", "edges", "regular", "long", "gappy")
 VALUES = ("uniform", "ties", "constant", "near_constant", "bounds")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadwatcher.model import Columns, Resource, Series, SeriesBatch
 from loadwatcher.pipeline import merge as merge_module
 from loadwatcher.pipeline.store import SampleStore
+from tests.support.fuzzing import examples
 
 
 def _series(node: str, ts: list[float], seed: int) -> Series:

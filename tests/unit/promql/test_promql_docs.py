@@ -17,14 +17,14 @@ import pytest
 import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestClient
-from service import settings
 
 from loadwatcher import app
 from loadwatcher.http import api
+from tests.support.service import settings
 from tests.unit.push.test_push_http import CPU, MEM, SNAPPY, T, write_request
 
 Client = TestClient[web.Request, web.Application]
-DOC = Path(__file__).resolve().parents[2] / "docs" / "promql.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "promql.md"
 NODES = ("node-a", "node-b", "node-c")
 
 

@@ -23,10 +23,8 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
-from fuzzing import examples
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from synth import one_window
 
 from loadwatcher import config
 from loadwatcher.errors import ConfigError, ProviderError
@@ -37,6 +35,8 @@ from loadwatcher.providers.http import HttpSettings
 from loadwatcher.providers.influxdb import flux, influxql
 from loadwatcher.providers.influxdb.telegraf import FieldQuery, to_series
 from loadwatcher.providers.kube import client, metrics_server
+from tests.support.fuzzing import examples
+from tests.support.synth import one_window
 
 FUZZ = settings(max_examples=examples(200), deadline=None)
 

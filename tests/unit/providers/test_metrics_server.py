@@ -19,9 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_kube import FakeApiServer, kubeconfig, node, node_metrics, serve_tls
-from service import settings
-from tls import Pki, make_pki
 
 from loadwatcher import app, config
 from loadwatcher.errors import ConfigError
@@ -40,6 +37,9 @@ from loadwatcher.providers.kube.metrics_server import (
 )
 from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
+from tests.support.fake_kube import FakeApiServer, kubeconfig, node, node_metrics, serve_tls
+from tests.support.service import settings
+from tests.support.tls import Pki, make_pki
 
 GI = 2**30
 

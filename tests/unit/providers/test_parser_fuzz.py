@@ -17,18 +17,18 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from fuzzing import examples
-from gofloat import go_f as go_format
-from gofloat import prom_format
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from synth import one_window
 
 from loadwatcher.errors import ProviderError
 from loadwatcher.model import WINDOWS, Resource, SeriesBatch
 from loadwatcher.pipeline.store import SampleStore
 from loadwatcher.providers.prometheus import decimals, jsonbytes
 from loadwatcher.providers.prometheus.answer import ParseMemo, parse_answer, parse_matrix
+from tests.support.fuzzing import examples
+from tests.support.gofloat import go_f as go_format
+from tests.support.gofloat import prom_format
+from tests.support.synth import one_window
 
 Outcome = SeriesBatch | str
 

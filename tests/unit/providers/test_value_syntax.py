@@ -9,8 +9,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fuzzing import examples
-from gofloat import go_e, go_f
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +18,8 @@ from loadwatcher.pipeline.store import SampleStore
 from loadwatcher.providers.influxdb import flux, influxql
 from loadwatcher.providers.influxdb.telegraf import to_series
 from loadwatcher.providers.values import json_value, prometheus_value, prometheus_values
+from tests.support.fuzzing import examples
+from tests.support.gofloat import go_e, go_f
 
 pytestmark = pytest.mark.unit
 

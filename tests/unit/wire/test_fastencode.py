@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +15,7 @@ from loadwatcher.pipeline.rollups import WindowStats
 from loadwatcher.pipeline.snapshot import Snapshot
 from loadwatcher.wire import fastencode, formats
 from loadwatcher.wire.formats import Format
+from tests.support.fuzzing import examples
 
 # Values whose text orjson writes in its own way (exponents, -0.0, null for NaN).
 AWKWARD = [0.0, -0.0, 1e-7, 1e-5, 5e-324, 1e16, 1.5e300, 23.456000000000003, 100.0, math.nan]
@@ -191,7 +191,6 @@ def test_any_snapshot_gives_the_same_bytes(keys: list[tuple[str, Resource]], dat
 @pytest.mark.parametrize("nodes", [1, 250])
 def test_bodies_of_a_built_snapshot(nodes: int) -> None:
     """Through snapshot.build (rollups of a real store), as the service renders them."""
-    # A sibling test module: on sys.path when pytest runs (rootdir import), not on mypy's path.
-    from test_published import make_snapshot  # type: ignore[import-not-found]
+    from tests.unit.engine.test_published import make_snapshot
 
     assert_same_bytes(make_snapshot(nodes))
