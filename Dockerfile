@@ -9,7 +9,7 @@
 #   docker build -t loadwatcher:0.1.0 .
 #   docker run -p 2020:2020 -v loadwatcher-journal:/var/lib/loadwatcher loadwatcher:0.1.0
 #
-# tests/test_dockerfile_recipe.py runs this file's build steps into a fresh virtual
+# tests/packaging/test_dockerfile_recipe.py runs this file's build steps into a fresh virtual
 # environment, starts the result as the runtime stage would and runs the HEALTHCHECK
 # against it, and lints this file with hadolint.
 

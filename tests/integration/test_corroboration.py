@@ -6,12 +6,12 @@ import math
 import time
 
 import pytest
-from backends import openmetrics_text, vm_import_lines
-from service import prometheus_engine
-from synth import node_history
 
 from loadwatcher.model import Resource
 from loadwatcher.pipeline import corroboration
+from tests.support.backends import openmetrics_text, vm_import_lines
+from tests.support.service import prometheus_engine
+from tests.support.synth import node_history
 
 pytestmark = pytest.mark.backend
 

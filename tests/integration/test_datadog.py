@@ -14,14 +14,14 @@ import numpy as np
 import orjson
 import pytest
 from aiohttp import web
-from fake_datadog import FakeDatadog
-from service import settings
 
 from loadwatcher import app
 from loadwatcher.engine import Engine
 from loadwatcher.pipeline.snapshot import Snapshot
 from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
+from tests.support.fake_datadog import FakeDatadog
+from tests.support.service import settings
 
 STEP_S = 15
 

@@ -8,15 +8,15 @@ import time
 
 import numpy as np
 import pytest
-from backends import openmetrics_text
-from service import prometheus_engine
-from synth import node_history
 
 from loadwatcher.engine import Engine
 from loadwatcher.model import WIRE_OPERATORS, Operator, Resource
 from loadwatcher.pipeline.snapshot import Snapshot
 from loadwatcher.providers.http import RawAnswer
 from loadwatcher.providers.prometheus.provider import PrometheusProvider
+from tests.support.backends import openmetrics_text
+from tests.support.service import prometheus_engine
+from tests.support.synth import node_history
 
 pytestmark = pytest.mark.backend
 

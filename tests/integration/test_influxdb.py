@@ -17,17 +17,6 @@ from typing import Any
 import numpy as np
 import pytest
 from aiohttp import web
-from backends import free_port, influx_query, influx_write
-from fake_flux import FakeInflux2, error_csv
-from service import settings
-from telegraf import (
-    CPUS,
-    MEMORY_BYTES,
-    line_protocol,
-    start_influxdb_with_auth,
-    telegraf_points,
-    write_with_auth,
-)
 
 from loadwatcher import app, config
 from loadwatcher.engine import Engine
@@ -44,6 +33,17 @@ from loadwatcher.providers.influxdb.telegraf import (
 )
 from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
+from tests.support.backends import free_port, influx_query, influx_write
+from tests.support.fake_flux import FakeInflux2, error_csv
+from tests.support.service import settings
+from tests.support.telegraf import (
+    CPUS,
+    MEMORY_BYTES,
+    line_protocol,
+    start_influxdb_with_auth,
+    telegraf_points,
+    write_with_auth,
+)
 
 backend = pytest.mark.backend
 TOLERANCE = 1e-6

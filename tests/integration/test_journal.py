@@ -10,14 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
-from backends import free_port, openmetrics_text
-from faults import journal_rows
-from service import prometheus_engine
-from synth import node_history, node_names
 
 from loadwatcher.journal.identity import APPLICATION_ID
 from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
+from tests.support.backends import free_port, openmetrics_text
+from tests.support.faults import journal_rows
+from tests.support.service import prometheus_engine
+from tests.support.synth import node_history, node_names
 
 pytestmark = pytest.mark.backend
 

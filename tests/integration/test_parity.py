@@ -12,13 +12,13 @@ import math
 import time
 
 import pytest
-from backends import openmetrics_text, vm_import_lines
 from prometheus_api_client import PrometheusConnect
-from service import prometheus_engine
-from synth import CPU_METRIC, MEM_METRIC, node_history, node_names
 
 from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
+from tests.support.backends import openmetrics_text, vm_import_lines
+from tests.support.service import prometheus_engine
+from tests.support.synth import CPU_METRIC, MEM_METRIC, node_history, node_names
 
 pytestmark = pytest.mark.backend
 

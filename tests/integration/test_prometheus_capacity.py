@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backends import openmetrics_text
-from faults import Service
-from service import prometheus_engine
-from synth import node_history
 
 from loadwatcher.wire.formats import Format, document
+from tests.support.backends import openmetrics_text
+from tests.support.faults import Service
+from tests.support.service import prometheus_engine
+from tests.support.synth import node_history
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.backend

@@ -10,12 +10,12 @@ import time
 from typing import Any
 
 import pytest
-from backends import openmetrics_text
-from service import prometheus_engine
-from synth import node_history
 
 from loadwatcher.engine.gone import DELISTED
 from loadwatcher.pipeline.analysis import Quality
+from tests.support.backends import openmetrics_text
+from tests.support.service import prometheus_engine
+from tests.support.synth import node_history
 
 pytestmark = pytest.mark.backend
 

@@ -10,14 +10,14 @@ import time
 from typing import Any
 
 import pytest
-from backends import free_port, openmetrics_text, vm_import, vm_import_lines
-from service import prometheus_engine
-from synth import CPU_METRIC, MEM_METRIC, node_history, node_names
 
 from loadwatcher.errors import ProviderError, ProviderErrorKind
 from loadwatcher.model import Resource, node_name
 from loadwatcher.providers.prometheus import provider
 from loadwatcher.providers.prometheus.provider import range_query
+from tests.support.backends import free_port, openmetrics_text, vm_import, vm_import_lines
+from tests.support.service import prometheus_engine
+from tests.support.synth import CPU_METRIC, MEM_METRIC, node_history, node_names
 
 pytestmark = pytest.mark.backend
 

@@ -19,15 +19,15 @@ from typing import Any
 
 import pytest
 import yaml
-from backends import Server, get_json, http_request, start_prometheus, stop_all
-from node_exporter import Node, scrape_config
-from node_exporter import serve as serve_nodes
-from service import prometheus_engine
 
 from loadwatcher.model import Resource
 from loadwatcher.providers.prometheus.provider import EXPLAIN_EVERY_S, NODE_EXPORTER_QUERIES
 from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
+from tests.support.backends import Server, get_json, http_request, start_prometheus, stop_all
+from tests.support.node_exporter import Node, scrape_config
+from tests.support.node_exporter import serve as serve_nodes
+from tests.support.service import prometheus_engine
 
 pytestmark = pytest.mark.backend
 

@@ -6,12 +6,12 @@ import math
 import time
 
 import pytest
-from backends import openmetrics_text
-from service import prometheus_engine
-from synth import node_history, node_names
-from tls import make_pki
 
 from loadwatcher.providers.http import TokenSource
+from tests.support.backends import openmetrics_text
+from tests.support.service import prometheus_engine
+from tests.support.synth import node_history, node_names
+from tests.support.tls import make_pki
 
 pytestmark = pytest.mark.backend
 

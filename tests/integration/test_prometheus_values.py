@@ -18,14 +18,14 @@ import numpy as np
 import orjson
 import pytest
 from aiohttp import web
-from backends import openmetrics_text
-from service import prometheus_engine
-from synth import CPU_METRIC, MEM_METRIC, node_history, node_names
 
 from loadwatcher.model import Resource
 from loadwatcher.pipeline.plausible import unparsable
 from loadwatcher.providers.prometheus import jsonbytes
 from loadwatcher.providers.prometheus.answer import ParseMemo, parse_answer
+from tests.support.backends import openmetrics_text
+from tests.support.service import prometheus_engine
+from tests.support.synth import CPU_METRIC, MEM_METRIC, node_history, node_names
 
 pytestmark = pytest.mark.backend
 

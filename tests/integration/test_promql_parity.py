@@ -30,12 +30,12 @@ from typing import Any
 import aiohttp
 import cramjam
 import pytest
-from backends import Server, get_json, http_request, require_binary
-from remote_write import push, write_request
-from service import settings
 
 from loadwatcher import app
 from loadwatcher.http import api
+from tests.support.backends import Server, get_json, http_request, require_binary
+from tests.support.remote_write import push, write_request
+from tests.support.service import settings
 
 pytestmark = pytest.mark.backend
 

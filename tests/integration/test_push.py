@@ -21,10 +21,6 @@ from typing import Any
 import aiohttp
 import numpy as np
 import pytest
-from backends import Server, start_prometheus, start_vmagent, stop_all
-from node_exporter import CPUS, MEM_TOTAL, Node, scrape_config
-from node_exporter import serve as serve_nodes
-from service import prometheus_engine, settings
 
 from loadwatcher import app
 from loadwatcher.engine import Engine
@@ -33,6 +29,10 @@ from loadwatcher.http.push import Receiver
 from loadwatcher.model import WINDOWS, Resource
 from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
+from tests.support.backends import Server, start_prometheus, start_vmagent, stop_all
+from tests.support.node_exporter import CPUS, MEM_TOTAL, Node, scrape_config
+from tests.support.node_exporter import serve as serve_nodes
+from tests.support.service import prometheus_engine, settings
 
 pytestmark = pytest.mark.backend
 

@@ -12,8 +12,6 @@ import time
 import numpy as np
 import pytest
 from aiohttp import web
-from fake_signalfx import FakeSignalFx
-from service import settings
 
 from loadwatcher import app
 from loadwatcher.engine import Engine
@@ -21,6 +19,8 @@ from loadwatcher.pipeline.snapshot import Snapshot
 from loadwatcher.providers import registry
 from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
+from tests.support.fake_signalfx import FakeSignalFx
+from tests.support.service import settings
 
 STEP_S = 10
 

@@ -30,14 +30,14 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
-from backends import Series, openmetrics_text, require_binary
-from service import prometheus_engine, settings
-from synth import node_history
 
 from loadwatcher import app
 from loadwatcher.engine import Engine
 from loadwatcher.http import api, statuslist, statuspage, statusrows
 from loadwatcher.http.security import TokenFile
+from tests.support.backends import Series, openmetrics_text, require_binary
+from tests.support.service import prometheus_engine, settings
+from tests.support.synth import node_history
 
 HOSTILE = 'evil<script>alert("x")</script>&node'
 FRESH_NODES = 955

@@ -16,13 +16,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import helm
 import pytest
 import yaml
-from manifests import CLUSTER_SCOPED, K8S_VERSIONS, find, key, one, validate
-from tls import make_pki
 
 from loadwatcher import __version__, config
+from tests.support import helm
+from tests.support.manifests import CLUSTER_SCOPED, K8S_VERSIONS, find, key, one, validate
+from tests.support.tls import make_pki
 
 TOKENS = ["reader-one", "reader-two"]
 MONITORING = {

@@ -16,13 +16,13 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import helm
 import pytest
 import yaml
-from manifests import find, kustomize, one
 
 from loadwatcher import config
 from loadwatcher.providers import registry
+from tests.support import helm
+from tests.support.manifests import find, kustomize, one
 
 DEPLOY = helm.ROOT / "deploy"
 HELM_LABELS = {

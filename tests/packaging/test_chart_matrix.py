@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import helm
 import pytest
-from manifests import K8S_VERSIONS, find, validate
+
+from tests.support import helm
+from tests.support.manifests import K8S_VERSIONS, find, validate
 
 TOKENS = ["reader-one"]
 WRITERS = {"writerTokens": {"tokens": ["writer-one"]}}

@@ -7,9 +7,10 @@ from __future__ import annotations
 import re
 import shlex
 
-import helm
 import pytest
-from manifests import find, one
+
+from tests.support import helm
+from tests.support.manifests import find, one
 
 DOCS = ("README.md", "charts/loadwatcher/README.md", "docs/scheduler.md", "deploy/README.md")
 

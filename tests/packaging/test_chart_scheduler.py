@@ -12,12 +12,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import helm
 import pytest
 import yaml
-from manifests import find, one
 
 from loadwatcher.scoring.registry import parse_plugin_args
+from tests.support import helm
+from tests.support.manifests import find, one
 
 ENABLED = {"scheduler": {"enabled": True}}
 PLACES = [

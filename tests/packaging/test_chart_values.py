@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import helm
 import pytest
 import yaml
-from manifests import one
+
+from tests.support import helm
+from tests.support.manifests import one
 
 PUSH = {"config": {"provider": {"name": "push", "address": None}}}
 WRITERS = {"push": {"writerTokens": {"tokens": ["w"]}}}

@@ -28,8 +28,11 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from backends import require_binary
-from manifests import (
+
+from loadwatcher import __version__, app, cli, config
+from loadwatcher.http import api
+from tests.support.backends import require_binary
+from tests.support.manifests import (
     CLUSTER_SCOPED,
     K8S_VERSIONS,
     config_map_hash,
@@ -39,10 +42,7 @@ from manifests import (
     one,
     validate,
 )
-from service import settings
-
-from loadwatcher import __version__, app, cli, config
-from loadwatcher.http import api
+from tests.support.service import settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from backends import free_port, require_binary, unavailable
+
+from tests.support.backends import free_port, require_binary, unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"

@@ -64,11 +64,11 @@ def test_the_readme_states_the_measured_time_of_the_fast_loop() -> None:
 
 
 def test_the_fast_loop_draws_a_tenth_of_the_examples_and_ci_all(tmp_path: Path) -> None:
-    probe = "import fuzzing; print(fuzzing.examples(400), fuzzing.examples(60))"
+    probe = "from tests.support import fuzzing; print(fuzzing.examples(400), fuzzing.examples(60))"
     counts = {}
     for fast in ("1", "0"):
         env = {**os.environ, "LOADWATCHER_FAST_LOOP": fast}
-        env["PYTHONPATH"] = str(ROOT / "tests" / "support")
+        env["PYTHONPATH"] = str(ROOT)
         done = subprocess.run(
             [str(ROOT / ".venv" / "bin" / "python"), "-c", probe],
             env=env,

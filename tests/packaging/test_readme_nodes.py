@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
-from backends import serving_json
 
 from loadwatcher.scoring.nodes import parse_nodes
+from tests.support.backends import serving_json
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

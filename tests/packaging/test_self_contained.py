@@ -13,7 +13,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from backends import require_binary, unavailable
+
+from tests.support.backends import require_binary, unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 

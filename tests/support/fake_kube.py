@@ -22,7 +22,8 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from tls import Pki, server_context
+
+from tests.support.tls import Pki, server_context
 
 
 def node(name: str, cpu: str, memory: str, alloc_cpu: str, alloc_memory: str) -> dict[str, Any]:

@@ -28,9 +28,10 @@ from typing import Any
 
 import numpy as np
 from aiohttp import ClientSession, ClientTimeout, web
-from backends import Series, Server, free_port, serve_argv, unavailable
-from remote_write import push
-from synth import CPU_METRIC, MEM_METRIC
+
+from tests.support.backends import Series, Server, free_port, serve_argv, unavailable
+from tests.support.remote_write import push
+from tests.support.synth import CPU_METRIC, MEM_METRIC
 
 # --------------------------------------------------------------------------- the service
 

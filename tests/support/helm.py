@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from backends import require_binary
+
+from tests.support.backends import require_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "loadwatcher"

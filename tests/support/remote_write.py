@@ -12,7 +12,8 @@ import struct
 from collections.abc import Iterable, Mapping, Sequence
 
 import cramjam
-from backends import Server, http_request
+
+from tests.support.backends import Server, http_request
 
 
 def _varint(n: int) -> bytes:

@@ -6,11 +6,10 @@ import math
 import random
 from collections.abc import Sequence
 
-from backends import Series
-
 from loadwatcher.model import Columns, Window
 from loadwatcher.pipeline import rollups
 from loadwatcher.pipeline.rollups import WindowStats
+from tests.support.backends import Series
 
 CPU_METRIC = "instance:node_cpu:ratio"
 MEM_METRIC = "instance:node_memory_utilisation:ratio"

@@ -10,7 +10,7 @@ import os
 import random
 from pathlib import Path
 
-from backends import (
+from tests.support.backends import (
     BackendError,
     Server,
     _influx_config,

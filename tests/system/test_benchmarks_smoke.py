@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from backends import require_binary
+
+from tests.support.backends import require_binary
 
 pytestmark = pytest.mark.backend
 

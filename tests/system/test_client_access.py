@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from backends import free_port, serve_argv
-from tls import Pki, make_pki
 
 from loadwatcher.client import WatcherClient, fetch_snapshot
 from loadwatcher.errors import ClientError
+from tests.support.backends import free_port, serve_argv
+from tests.support.tls import Pki, make_pki
 
 TOKEN = "tok-4f1c9b7e-very-secret"
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-from backends import free_port
-from tls import make_pki
+
+from tests.support.backends import free_port
+from tests.support.tls import make_pki
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVE = [sys.executable, "-m", "loadwatcher", "serve"]

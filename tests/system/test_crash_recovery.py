@@ -12,11 +12,12 @@ import urllib.error
 import urllib.request
 
 import pytest
-from backends import openmetrics_text
-from faults import Pusher, Service, instances
-from faults import history as remote_history
-from remote_write import push
-from synth import node_history, node_names
+
+from tests.support.backends import openmetrics_text
+from tests.support.faults import Pusher, Service, instances
+from tests.support.faults import history as remote_history
+from tests.support.remote_write import push
+from tests.support.synth import node_history, node_names
 
 pytestmark = pytest.mark.backend
 

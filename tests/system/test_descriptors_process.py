@@ -22,11 +22,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backends import openmetrics_text
-from faults import Service
-from synth import node_history, node_names
 
 from loadwatcher.http import prepared
+from tests.support.backends import openmetrics_text
+from tests.support.faults import Service
+from tests.support.synth import node_history, node_names
 
 pytestmark = pytest.mark.backend
 

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backends import free_port, http_request, serve_argv
+
+from tests.support.backends import free_port, http_request, serve_argv
 
 CAP = 16
 HEADER_TIMEOUT_S = 2.0

@@ -22,8 +22,10 @@ from typing import Any
 
 import orjson
 import pytest
-from backends import Server, start_prometheus
-from faults import (
+
+from loadwatcher.app import SHUTDOWN_GRACE_S
+from tests.support.backends import Server, start_prometheus
+from tests.support.faults import (
     DelayProxy,
     ProxiedRequest,
     Pusher,
@@ -39,9 +41,7 @@ from faults import (
     tmpfs,
     wait_for,
 )
-from remote_write import push
-
-from loadwatcher.app import SHUTDOWN_GRACE_S
+from tests.support.remote_write import push
 
 pytestmark = pytest.mark.backend
 

@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from backends import free_port, serve_argv
+from tests.support.backends import free_port, serve_argv
 
 
 def _push(url: str, *hosts: str) -> None:

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backends import openmetrics_text
-from faults import Service, journal_snapshot_time
-from synth import node_history
+
+from tests.support.backends import openmetrics_text
+from tests.support.faults import Service, journal_snapshot_time
+from tests.support.synth import node_history
 
 pytestmark = pytest.mark.backend
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from faults import Service
+from tests.support.faults import Service
 
 
 def test_clean_stop_removes_the_lock_file_and_only_the_holders(tmp_path: Path) -> None:

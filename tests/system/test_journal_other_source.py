@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backends import free_port, openmetrics_text
-from faults import Service
-from synth import node_history, node_names
+
+from tests.support.backends import free_port, openmetrics_text
+from tests.support.faults import Service
+from tests.support.synth import node_history, node_names
 
 pytestmark = pytest.mark.backend
 

@@ -27,7 +27,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from faults import (
+
+from tests.support.faults import (
     Key,
     Pusher,
     Service,
@@ -38,7 +39,7 @@ from faults import (
     uncommitted_wal_frames,
     wal_write_lock_held,
 )
-from remote_write import push
+from tests.support.remote_write import push
 
 pytestmark = pytest.mark.backend
 

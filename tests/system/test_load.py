@@ -34,9 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from backends import openmetrics_text, require_binary
-from faults import Service, metric
-from synth import node_history, node_names
+
+from tests.support.backends import openmetrics_text, require_binary
+from tests.support.faults import Service, metric
+from tests.support.synth import node_history, node_names
 
 pytestmark = pytest.mark.backend
 

@@ -9,13 +9,13 @@ from collections.abc import Iterator
 import cramjam
 import pytest
 import schemathesis
-from faults import Service
-from fuzzing import examples
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from schemathesis.checks import negative_data_rejection, positive_data_acceptance
 
 from loadwatcher.push import remote_write_pb2 as pb
+from tests.support.faults import Service
+from tests.support.fuzzing import examples
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 

@@ -13,14 +13,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from backends import free_port, serve_argv
-from service import settings
-from tls import make_pki
 
 from loadwatcher import app
 from loadwatcher.errors import ConfigError
 from loadwatcher.http import api
 from loadwatcher.http.security import TlsReloader, TokenFile
+from tests.support.backends import free_port, serve_argv
+from tests.support.service import settings
+from tests.support.tls import make_pki
 
 
 @pytest.fixture

@@ -8,10 +8,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from backends import free_port
-from faults import Service
 
 from loadwatcher.journal.identity import APPLICATION_ID
+from tests.support.backends import free_port
+from tests.support.faults import Service
 
 
 def _text(db: Path) -> str:

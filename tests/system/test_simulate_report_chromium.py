@@ -11,9 +11,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from backends import require_binary
-
 from loadwatcher.simulate import cluster, generator, profiles, replay, report
+from tests.support.backends import require_binary
 
 
 def test_headless_chromium_renders_every_chart(tmp_path: Path) -> None:

@@ -17,9 +17,10 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 import pytest
-from backends import free_port, serve_argv, spawn_process, stop_process
-from fake_datadog import FakeDatadog
-from fake_signalfx import FakeSignalFx
+
+from tests.support.backends import free_port, serve_argv, spawn_process, stop_process
+from tests.support.fake_datadog import FakeDatadog
+from tests.support.fake_signalfx import FakeSignalFx
 
 SECRETS = ("dd-api-s3cret", "dd-app-s3cret", "sfx-s3cret")
 

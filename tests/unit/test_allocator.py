@@ -11,7 +11,8 @@ import subprocess
 import sys
 
 import pytest
-from backends import unavailable
+
+from tests.support.backends import unavailable
 
 PROBE = """
 import ctypes, sys

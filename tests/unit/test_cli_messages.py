@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from backends import free_port
 
 import loadwatcher.engine as engine
 from loadwatcher import config
@@ -33,6 +32,7 @@ from loadwatcher.providers import registry
 from loadwatcher.providers.kube.access import KubeAccess, NotInClusterError, open_client
 from loadwatcher.providers.kube.metrics_server import MetricsServerOptions, MetricsServerProvider
 from loadwatcher.words import plural
+from tests.support.backends import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 BAD = "loadwatcher: bad configuration: "

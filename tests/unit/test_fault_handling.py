@@ -22,8 +22,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from backends import free_port
-from faults import journal_rows
 
 from loadwatcher import allocator, app, config
 from loadwatcher.engine import Engine, EngineOptions
@@ -32,6 +30,8 @@ from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import Columns, FetchResult, Resource, Series
 from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
+from tests.support.backends import free_port
+from tests.support.faults import journal_rows
 
 T0 = 1_700_000_000.0
 NAMES = {Resource.CPU: "cpu", Resource.MEMORY: "memory"}

@@ -9,10 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from service import settings
-
 from loadwatcher import app
 from loadwatcher.http import api
+from tests.support.service import settings
 
 # PyYAML: a --config file and `config check`; the others: GET /openapi.json and GET /.
 LATE = (

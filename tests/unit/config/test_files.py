@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tls import make_pki
 
 from loadwatcher.config import files, resolve
 from loadwatcher.errors import ConfigError
 from loadwatcher.providers import registry
+from tests.support.tls import make_pki
 
 
 def _refused(fn, *args: str) -> str:

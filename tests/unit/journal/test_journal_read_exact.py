@@ -16,13 +16,13 @@ import random
 from pathlib import Path
 
 import numpy as np
-from fuzzing import examples
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from loadwatcher.journal import codec
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import Columns, Resource
+from tests.support.fuzzing import examples
 
 Written = dict[tuple[int, float], float]
 

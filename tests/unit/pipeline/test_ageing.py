@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,6 +12,7 @@ from loadwatcher.model import Resource, Series
 from loadwatcher.pipeline import ageing, snapshot
 from loadwatcher.pipeline.analysis import SEVERITY, Quality
 from loadwatcher.pipeline.store import SampleStore
+from tests.support.fuzzing import examples
 
 NOW = 1_700_000_000.0
 STALE_AFTER_S = 300.0

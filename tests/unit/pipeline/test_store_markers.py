@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import Resource, Series
 from loadwatcher.pipeline.store import SampleStore
+from tests.support.fuzzing import examples
 
 STALE = struct.unpack("<d", struct.pack("<Q", 0x7FF0_0000_0000_0002))[0]
 NODES = ["a", "b", "c", "d"]

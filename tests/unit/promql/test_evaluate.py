@@ -15,12 +15,12 @@ import time
 
 import numpy as np
 import pytest
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadwatcher.promql import evaluate, render, storage, values
 from loadwatcher.promql.values import Budget, ErrorType, Limits, QueryError
+from tests.support.fuzzing import examples
 
 T0 = 1_700_000_000_000  # ms
 # cpu{instance=a}: 0.1 at T0, 0.2 at +15 s, 0.3 at +30 s; b: 0.5, 0.6, 0.7; c: 0.9, 0.8, 0.7.

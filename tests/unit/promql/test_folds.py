@@ -8,11 +8,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadwatcher.promql import folds
+from tests.support.fuzzing import examples
 
 
 def kahan_inc(inc: float, total: float, c: float) -> tuple[float, float]:

@@ -16,11 +16,11 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from fuzzing import examples
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from loadwatcher.promql import evaluate, selectors, storage, values
+from tests.support.fuzzing import examples
 
 GRID_MS = 5_000
 VALUES = st.sampled_from([0.0, 0.25, 0.5, 0.5, 0.75, 1.0, 0.1, 0.3])

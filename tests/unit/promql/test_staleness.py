@@ -5,11 +5,11 @@ lookback, and with nothing when that is a marker (a marker is no sample to a ran
 from __future__ import annotations
 
 import numpy as np
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadwatcher.promql.storage import series_set
+from tests.support.fuzzing import examples
 
 LOOKBACK = 300
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 import orjson
 import pytest
 from aiohttp import web
-from service import settings
 
 from loadwatcher.errors import ProviderError, ProviderErrorKind
 from loadwatcher.providers.http import HttpBackend, HttpSettings, size_text
+from tests.support.service import settings
 
 MIB = 2**20
 CAP = 4 * MIB

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from service import settings
 
 from loadwatcher.errors import ProviderError, ProviderErrorKind
 from loadwatcher.providers import registry
 from loadwatcher.providers.kube.access import KubeAccess
 from loadwatcher.providers.kube.client import KubeClient
 from loadwatcher.providers.kube.metrics_server import MetricsServerProvider
+from tests.support.service import settings
 
 MIB = 2**20
 CAP = 4 * MIB

@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +18,7 @@ from loadwatcher.providers.datadog import answer as dd_answer
 from loadwatcher.providers.datadog.provider import DatadogOptions, queries
 from loadwatcher.providers.signalfx import answer as sfx_answer
 from loadwatcher.providers.signalfx.provider import SignalFxOptions, query
+from tests.support.fuzzing import examples
 
 RESOURCES = [Resource.CPU, Resource.MEMORY]
 NAMING = dd_answer.Naming(".dev.example.com", True)

@@ -14,11 +14,16 @@ from typing import Any
 
 import cramjam
 import numpy as np
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from service import settings as service_settings
-from test_push_http import (  # type: ignore[import-not-found]
+
+from loadwatcher import app
+from loadwatcher.model import Resource, SeriesBatch
+from loadwatcher.providers.push.provider import PushProvider
+from loadwatcher.push import remote_write_pb2 as pb
+from tests.support.fuzzing import examples
+from tests.support.service import settings as service_settings
+from tests.unit.push.test_push_http import (
     CPU,
     Service,
     T,
@@ -27,11 +32,6 @@ from test_push_http import (  # type: ignore[import-not-found]
     telegraf,
     write_request,
 )
-
-from loadwatcher import app
-from loadwatcher.model import Resource, SeriesBatch
-from loadwatcher.providers.push.provider import PushProvider
-from loadwatcher.push import remote_write_pb2 as pb
 
 
 def dropped_total(svc: Service) -> float:

@@ -6,7 +6,6 @@ tracker by count (least recently seen forgotten first), the raw-series state by 
 from __future__ import annotations
 
 import cramjam
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +14,7 @@ from loadwatcher.push.ha import HATracker
 from loadwatcher.push.remote_write import decode_write_request
 from loadwatcher.push.remote_write_mapping import RemoteWriteMapping, RemoteWriteReceiver
 from loadwatcher.push.state import CounterState, GaugePairs
+from tests.support.fuzzing import examples
 
 T = 1_700_000_000.0
 CPU = "instance:node_cpu:ratio"

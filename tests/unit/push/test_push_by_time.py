@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_push_http import T, node, start  # type: ignore[import-not-found]
 
 from loadwatcher.model import Resource, Series
 from loadwatcher.pipeline.store import SampleStore
+from tests.support.fuzzing import examples
+from tests.unit.push.test_push_http import T, node, start
 
 
 async def test_a_writer_ahead_hides_no_other_writers_samples_and_is_named(

@@ -15,12 +15,12 @@ import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, make_mocked_request
-from service import settings
 
 from loadwatcher import app, cli
 from loadwatcher.engine import Engine
 from loadwatcher.http import api, openapi
 from loadwatcher.http.security import TokenFile
+from tests.support.service import settings
 
 Client = TestClient[web.Request, web.Application]
 T = 1_700_000_000.0

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadwatcher.push.ha import HATracker
+from tests.support.fuzzing import examples
 
 
 def test_the_first_replica_is_elected_and_the_other_refused() -> None:

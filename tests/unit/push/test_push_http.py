@@ -26,8 +26,6 @@ import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
-from backends import free_port, serve_argv
-from service import settings
 
 from loadwatcher import app
 from loadwatcher.engine import Engine
@@ -36,6 +34,8 @@ from loadwatcher.http.push import RateLimit, Receiver
 from loadwatcher.http.security import TokenFile
 from loadwatcher.pipeline.analysis import Quality
 from loadwatcher.push import remote_write_pb2 as pb
+from tests.support.backends import free_port, serve_argv
+from tests.support.service import settings
 
 Client = TestClient[web.Request, web.Application]
 

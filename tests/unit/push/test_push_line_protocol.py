@@ -7,10 +7,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from line_reference import split_line, split_plain
 
 from loadwatcher.push import line_protocol as lp
 from loadwatcher.push.errors import PushError, PushErrorKind
@@ -22,6 +20,8 @@ from loadwatcher.push.line_protocol import (
     precision_ns,
     read_points,
 )
+from tests.support.fuzzing import examples
+from tests.support.line_reference import split_line, split_plain
 
 # ------------------------------------------------------------------ an encoder
 

@@ -12,14 +12,8 @@ schedule does not allow; the engine, the push provider and the store are the rea
 from __future__ import annotations
 
 import numpy as np
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_push_provider import (  # type: ignore[import-not-found]
-    Clock,
-    FakePoller,
-    batch,
-)
 
 from loadwatcher.engine import Engine, EngineOptions
 from loadwatcher.model import FetchResult, Resource, Series
@@ -27,6 +21,12 @@ from loadwatcher.pipeline.analysis import Quality, Thresholds
 from loadwatcher.providers.push import METRIC_NAMES
 from loadwatcher.providers.push.buffer import PushBuffer
 from loadwatcher.providers.push.provider import PushProvider
+from tests.support.fuzzing import examples
+from tests.unit.push.test_push_provider import (
+    Clock,
+    FakePoller,
+    batch,
+)
 
 T = 1_700_000_000.0
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from service import settings
 
 from loadwatcher import app
 from loadwatcher.config import Settings
@@ -25,6 +24,7 @@ from loadwatcher.push import protocol
 from loadwatcher.push.errors import PushError, PushErrorKind
 from loadwatcher.push.protocol import Pending, PushProtocol, PushRequest, QueryParam, Route
 from loadwatcher.push.samples import Decoded, Part, to_batch
+from tests.support.service import settings
 
 T = 1_700_000_000.0
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "push.md"

@@ -11,7 +11,6 @@ import math
 
 import numpy as np
 import pytest
-from service import settings
 
 from loadwatcher import app
 from loadwatcher.engine import Engine, EngineOptions
@@ -21,6 +20,7 @@ from loadwatcher.pipeline.analysis import Quality
 from loadwatcher.providers.push import METRIC_NAMES, label_or_empty
 from loadwatcher.providers.push.buffer import PushBuffer
 from loadwatcher.providers.push.provider import PushProvider
+from tests.support.service import settings
 
 T = 1_700_000_000.0
 

@@ -8,7 +8,6 @@ arrived (it once waited for the next push or a whole poll interval: benchmarks/p
 from __future__ import annotations
 
 import numpy as np
-from service import settings
 
 from loadwatcher import app
 from loadwatcher.engine import Engine
@@ -16,6 +15,7 @@ from loadwatcher.model import Resource, SeriesBatch
 from loadwatcher.providers.push.provider import PushProvider
 from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
+from tests.support.service import settings
 
 T0 = 1_700_000_000.0
 

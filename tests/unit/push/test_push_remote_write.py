@@ -18,7 +18,6 @@ from pathlib import Path
 import cramjam
 import numpy as np
 import pytest
-from fuzzing import examples
 from google.protobuf import descriptor_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -32,6 +31,7 @@ from loadwatcher.push.remote_write import (
     select,
 )
 from loadwatcher.push.series_index import SeriesIndex
+from tests.support.fuzzing import examples
 
 METRICS = ["m_cpu", "m_mem"]
 LABELS = ["instance", "prometheus_replica", "cluster", "cpu", "mode"]

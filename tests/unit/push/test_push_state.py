@@ -8,11 +8,11 @@ import math
 
 import numpy as np
 import pytest
-from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadwatcher.push.state import LOOKBACK_MS, CounterState, GaugePairs, Point
+from tests.support.fuzzing import examples
 
 Sample = tuple[str, str, str, list[int], list[float], list[bool]]
 

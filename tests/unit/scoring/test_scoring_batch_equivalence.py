@@ -10,10 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fuzzing import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scoring_support import cluster, metrics, node
 
 from loadwatcher.scoring import fallback
 from loadwatcher.scoring.gomath import go_round
@@ -22,6 +20,8 @@ from loadwatcher.scoring.plugins import allocatable, koordinator, loadaware, loa
 from loadwatcher.scoring.plugins import lowriskovercommit as lroc
 from loadwatcher.scoring.plugins import targetloadpacking as tlp
 from loadwatcher.scoring.pods import Pod, Resources, parse_pod
+from tests.support.fuzzing import examples
+from tests.support.scoring_support import cluster, metrics, node
 
 values = st.one_of(st.floats(-20, 150), st.sampled_from([0.0, 100.0, 50.0, math.nan]))
 operators = st.sampled_from(["AVG", "STD", "Latest", "", "P95", "MAX"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from scoring_support import REPO
+from tests.support.scoring_support import REPO
 
 
 def test_bench_scoring_runs() -> None:

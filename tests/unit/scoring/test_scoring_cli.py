@@ -17,10 +17,10 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from backends import serving_json
-from scoring_support import REPO
 
 from loadwatcher.scoring.cli import main, register
+from tests.support.backends import serving_json
+from tests.support.scoring_support import REPO
 
 NOW = 1_700_000_000
 

@@ -6,13 +6,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scoring_support import metrics, node
 
 from loadwatcher.client import NodeMetrics
 from loadwatcher.scoring import inputs
 from loadwatcher.scoring.cluster import build_cluster
 from loadwatcher.scoring.nodes import merge_snapshot, node_from_metadata, parse_nodes
 from loadwatcher.scoring.registry import canonical_name, parse_plugin_args
+from tests.support.scoring_support import metrics, node
 
 
 @pytest.mark.parametrize(

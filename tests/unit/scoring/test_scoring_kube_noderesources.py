@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from scoring_support import params, present, reference_or_empty
 
 from loadwatcher.scoring import registry
 from loadwatcher.scoring.cases import run_case
 from loadwatcher.scoring.plugins import balancedallocation, resourcefit
+from tests.support.scoring_support import params, present, reference_or_empty
 
 TABLES = reference_or_empty("kube-noderesources.json")
 CASES = TABLES.get("cases", []) if isinstance(TABLES, dict) else []
@@ -131,7 +131,7 @@ def test_a_shared_memo_computes_only_the_recent_pods_it_has_not_seen() -> None:
     a memo; the values stay those of a fresh computation."""
     from dataclasses import replace
 
-    from scoring_support import cluster, node, pod
+    from tests.support.scoring_support import cluster, node, pod
 
     pods = [pod({"cpu": f"{100 * (i + 1)}m"}) for i in range(4)]
     base = cluster(node("a"), node("b"))

@@ -17,8 +17,6 @@ from typing import Any
 import pytest
 import yaml
 from aiohttp import web
-from scoring_support import metrics, node, pod
-from tls import make_pki, server_context
 
 from loadwatcher.errors import ClientError
 from loadwatcher.scoring import cli, kube
@@ -30,6 +28,8 @@ from loadwatcher.scoring.predict import (
     reclaimable,
     sample_peaks,
 )
+from tests.support.scoring_support import metrics, node, pod
+from tests.support.tls import make_pki, server_context
 
 NOW = 1_700_000_000.0
 EXEC_API = "client.authentication.k8s.io/v1beta1"  # kubeconfig exec plugins' credential API

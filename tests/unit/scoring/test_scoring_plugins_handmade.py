@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from scoring_support import cluster, metrics, node, pod
 
 from loadwatcher.scoring import fallback
 from loadwatcher.scoring.cases import run_case
@@ -22,6 +21,7 @@ from loadwatcher.scoring.plugins import allocatable, loadaware, loadvariation
 from loadwatcher.scoring.plugins import lowriskovercommit as lroc
 from loadwatcher.scoring.plugins import targetloadpacking as tlp
 from loadwatcher.scoring.pods import Pod, Resources, parse_pod
+from tests.support.scoring_support import cluster, metrics, node, pod
 
 EMPTY = parse_pod({"containers": []})
 

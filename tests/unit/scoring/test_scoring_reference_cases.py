@@ -13,10 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scoring_support import REFERENCE_DIR, REPO, params, present, reference, reference_or_empty
 
 from loadwatcher.scoring.cases import run_case
 from loadwatcher.scoring.cli import main
+from tests.support.scoring_support import (
+    REFERENCE_DIR,
+    REPO,
+    params,
+    present,
+    reference,
+    reference_or_empty,
+)
 
 CASES = reference_or_empty("scoring-cases.json")
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from scoring_support import cluster, node, pod
 
 from loadwatcher._types import BoolArray
 from loadwatcher.scoring import inputs, registry
@@ -23,6 +22,7 @@ from loadwatcher.scoring.common import BatchScores, arg_int
 from loadwatcher.scoring.pods import Pod
 from loadwatcher.scoring.profile import rank, run_plugins
 from loadwatcher.scoring.registry import Plugin
+from tests.support.scoring_support import cluster, node, pod
 
 NOW = 1_700_000_000
 

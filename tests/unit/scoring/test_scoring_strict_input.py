@@ -18,13 +18,13 @@ import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
-from scoring_support import REPO, reference
 
 from loadwatcher.scoring import inputs
 from loadwatcher.scoring.cases import run_case, run_case_file
 from loadwatcher.scoring.cli import main
 from loadwatcher.scoring.pods import SUBSET_KEYS, parse_pod
 from loadwatcher.scoring.registry import parse_plugin_args
+from tests.support.scoring_support import REPO, reference
 
 NOW = 1_700_000_000
 RES = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1"}}

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from scoring_support import metrics, node
 
 from loadwatcher.scoring import fallback
 from loadwatcher.scoring.cli import main
 from loadwatcher.scoring.cluster import QUALITIES, build_cluster, node_quality
+from tests.support.scoring_support import metrics, node
 
 NOW = 1_700_000_000
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from decaying_histogram import DecayingHistogram
-from scoring_support import metrics, node, params, pod, present, reference, reference_or_empty
 
 from loadwatcher.scoring.cluster import build_cluster, resource_data
 from loadwatcher.scoring.gomath import go_round
@@ -33,6 +31,16 @@ from loadwatcher.scoring.plugins.lowriskovercommit import (
 )
 from loadwatcher.scoring.plugins.lowriskovercommit import parse_args as lroc_args
 from loadwatcher.scoring.pods import Pod, Resources, parse_pod
+from tests.support.decaying_histogram import DecayingHistogram
+from tests.support.scoring_support import (
+    metrics,
+    node,
+    params,
+    pod,
+    present,
+    reference,
+    reference_or_empty,
+)
 
 TABLES: dict[str, Any] = reference_or_empty("upstream-unit-tables.json") or {}
 
