@@ -29,6 +29,7 @@ _LISTED_FIRST = (
     "analysis",
     "health",
     "corroborate",
+    "query",
 )
 
 

@@ -215,8 +215,8 @@ def test_a_huge_value_is_cut_short() -> None:
         (
             "qqqqqq: 1",
             "qqqqqq: unknown section; expected one of server, journal, poll, provider, "
-            "prometheus, log, analysis, health, corroborate, influxdb, kube, push, datadog, "
-            "signalfx",
+            "prometheus, log, analysis, health, corroborate, query, influxdb, kube, push, "
+            "datadog, signalfx",
         ),
     ],
 )
