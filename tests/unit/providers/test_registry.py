@@ -173,7 +173,7 @@ def test_the_dummy_settings_have_the_same_messages(dummy: object) -> None:
     )
     with pytest.raises(ConfigError) as info:
         resolve("qqqqqq: 1\n", {})
-    assert str(info.value).endswith("corroborate, influxdb, kube, push, datadog, signalfx, dummy")
+    assert str(info.value).endswith("query, influxdb, kube, push, datadog, signalfx, dummy")
 
 
 def test_config_check_shows_the_dummy_section(
