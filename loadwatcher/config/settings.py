@@ -70,6 +70,9 @@ class CorroborateSettings:
     name: str | None
     address: str
     threshold_pct: float
+    token_file: str | None
+    ca_file: str | None
+    insecure_skip_verify: bool
 
 
 @dataclass(frozen=True)

@@ -316,6 +316,26 @@ def corroborate_section(names: ProviderNames) -> Section[CorroborateSettings]:
                 10.0,
                 "flag a node whose 5m averages differ by more than this many percentage points",
             ),
+            # Its own: the main provider's credentials are never sent to another address.
+            Spec(
+                "corroborate.token_file",
+                parse.optional_str,
+                None,
+                "file holding the second provider's bearer token (none is sent without it); "
+                "re-read when it changes",
+            ),
+            Spec(
+                "corroborate.ca_file",
+                parse.optional_str,
+                None,
+                "CA bundle to verify the second provider's TLS certificate",
+            ),
+            Spec(
+                "corroborate.insecure_skip_verify",
+                parse.boolean,
+                False,
+                "do not verify the second provider's TLS certificate",
+            ),
         ),
     )
 

@@ -126,11 +126,20 @@ def build_provider(settings: Settings) -> Provider:
 
 
 def build_corroborating_provider(settings: Settings) -> Provider | None:
-    """The corroborating provider: the main settings with another name and address."""
+    """The corroborating provider: the main settings with another name, address and
+    credentials (the main provider's token and TLS settings are for the main address)."""
     other = settings.corroborate
     if other.name is None:
         return None
-    provider = dataclasses.replace(settings.provider, name=other.name, address=other.address)
+    provider = dataclasses.replace(
+        settings.provider,
+        name=other.name,
+        address=other.address,
+        token="",
+        token_file=other.token_file,
+        ca_file=other.ca_file,
+        insecure_skip_verify=other.insecure_skip_verify,
+    )
     return build_provider(dataclasses.replace(settings, provider=provider))
 
 

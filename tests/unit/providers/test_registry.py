@@ -13,15 +13,17 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
 import yaml
+from aiohttp import web
 
 from loadwatcher import cli, config
 from loadwatcher.config import Section, Settings, Spec
 from loadwatcher.config import parsers as parse
-from loadwatcher.errors import ConfigError
+from loadwatcher.errors import ConfigError, ProviderError
 from loadwatcher.model import FetchResult, Resource
 from loadwatcher.providers import registry
 from loadwatcher.providers.base import Provider
@@ -250,3 +252,44 @@ def test_discovery_imports_no_provider_client_library() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.strip() == "[]", done.stdout
+
+
+async def test_the_main_credentials_never_go_to_the_corroborating_address(
+    aiohttp_server: Any, tmp_path: Path
+) -> None:
+    """The second backend is another address: it gets its own token or none, never the
+    main provider's."""
+    seen: list[str | None] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization"))
+        return web.json_response(
+            {"status": "success", "data": {"resultType": "vector", "result": []}}
+        )
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    server = await aiohttp_server(app)
+    env = {
+        "METRICS_PROVIDER_NAME": "prometheus",
+        "METRICS_PROVIDER_ADDRESS": "http://127.0.0.1:9",
+        "METRICS_PROVIDER_TOKEN": "main-secret",
+        "LOADWATCHER_CORROBORATE_NAME": "prometheus",
+        "LOADWATCHER_CORROBORATE_ADDRESS": str(server.make_url("")).rstrip("/"),
+    }
+    for token in (None, "second-secret"):
+        if token is not None:
+            (tmp_path / "token").write_text(token + "\n")
+            env["LOADWATCHER_CORROBORATE_TOKEN_FILE"] = str(tmp_path / "token")
+        seen.clear()
+        other = registry.build_corroborating_provider(resolve(None, env))
+        assert other is not None
+        try:
+            await other.fetch(1_700_000_000.0, None)
+        except ProviderError:
+            pass  # the stand-in answers nothing useful: the request is what is checked
+        finally:
+            await other.close()
+        assert seen, "the corroborating provider asked its address"
+        want = None if token is None else f"Bearer {token}"
+        assert set(seen) == {want}
