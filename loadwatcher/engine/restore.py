@@ -100,13 +100,18 @@ async def recover(engine: Engine) -> None:
     persistence = engine.persistence
     if persistence is None:
         return
+    loaded = asyncio.Event()
+    agers: list[asyncio.Task[None]] = []
 
     async def serve_aged(snap: Snapshot) -> None:
-        # Its tags were true when it was taken; served now, they must be true now.
+        # Its tags were true when it was taken; served now, they must be true now, and
+        # while the samples load (seconds, for a large journal) as between cycles.
         snap = freshness.aged(engine, snap, engine.clock())
         engine.report = ageing.report_of(snap.tags)
         engine.current = await asyncio.to_thread(published.publish, snap)
         engine.node_info = dict(snap.node_info)
+        if not agers:  # it reads the snapshot only, never the store being filled
+            agers.append(asyncio.create_task(freshness.keep_true(engine, loaded)))
 
     try:
         await persistence.open()
@@ -121,4 +126,8 @@ async def recover(engine: Engine) -> None:
     except JournalError as exc:
         persistence.failed(exc)
         await persistence.journal.close()
+    finally:
+        loaded.set()
+        for ager in agers:
+            await ager
     engine.backfill_due = bool(engine.store.keys)

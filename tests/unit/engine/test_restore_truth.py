@@ -224,3 +224,27 @@ async def test_the_first_poll_after_a_restore_backfills_series_the_journal_lacks
     times = cols.ts[np.isin(cols.sid, list(joined))]
     assert times.min() <= now - 900  # the whole 15-minute window, not the last two minutes
     await second.close()
+
+
+async def test_the_served_snapshot_ages_while_the_journal_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large journal loads for seconds, after its snapshot is served: a node that turns
+    stale meanwhile is served stale then, not after the load."""
+    last = 1_700_000_000.0
+    db = tmp_path / "lw.db"
+    await _journal_of(db, last)
+    started = time.monotonic()
+    second = _engine(db, lambda: last + 299.6 + (time.monotonic() - started))
+    slow_load = second.store.load
+    seen: list[set[str]] = []
+
+    def load(*args: Any) -> None:
+        time.sleep(1.0)  # the store fills in a worker thread; the loop serves meanwhile
+        seen.append({t["quality"] for t in _tags(second).values()})
+        slow_load(*args)
+
+    monkeypatch.setattr(second.store, "load", load)
+    await second.recover()
+    assert seen == [{"stale"}]  # before the load ended (at about 300.6 s)
+    await second.close()
