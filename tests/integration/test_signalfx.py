@@ -289,3 +289,44 @@ def test_the_realm_chooses_the_api_address() -> None:
     assert (
         address(METRICS_PROVIDER_ADDRESS="https://api.signalfx.com") == "https://api.signalfx.com"
     )
+
+
+async def test_a_series_the_metadata_search_never_names_is_not_looked_up_every_poll(
+    aiohttp_server,
+) -> None:
+    """A CPU series beyond the search's 10,000 results: the first poll reads every page once
+    more on its account, later polls read none until ``metadata_interval_s`` has passed
+    (the old provider read all ten pages again at every poll)."""
+    fake = FakeSignalFx()
+    now = now_s()
+    for i in range(10_000):  # known to the search, no point in the range
+        fake.add(f"h{i}.dev.example.com", "cpu.utilization", [now - 9000], [1.0], cluster="prod")
+    far = [40.0, 42.0]
+    fake.add("far.dev.example.com", "cpu.utilization", [now - 10, now], far, cluster="prod")
+    fake.add("far.dev.example.com", "memory.utilization", [now], [50.0], cluster="prod")
+    env = go_environment(
+        await start(aiohttp_server, fake),
+        LOADWATCHER_SIGNALFX_METADATA_INTERVAL_S="300",
+    )
+    engine = engine_of(env)
+    clock = [1000.0]
+    provider = engine.provider
+    provider._clock = lambda: clock[0]  # type: ignore[attr-defined]
+
+    def cpu_pages() -> int:
+        return sum('"cpu.utilization"' in p["query"] for p in fake.calls("/v2/metrictimeseries"))
+
+    try:
+        await engine.cycle(now)
+        first = cpu_pages()
+        assert first == 10  # one read of 10 pages of 1,000; the far series is not among them
+        for k in range(1, 6):
+            clock[0] += 10
+            await engine.cycle(now + 10 * k)
+        assert cpu_pages() == first
+        assert "not named by the metadata search" in str(engine.health(now + 50).body)
+        clock[0] += 300
+        await engine.cycle(now + 400)
+        assert cpu_pages() == first + 10  # the periodic read
+    finally:
+        await engine.close()
