@@ -301,7 +301,7 @@ async def test_a_series_the_metadata_search_never_names_is_not_looked_up_every_p
     now = now_s()
     for i in range(10_000):  # known to the search, no point in the range
         fake.add(f"h{i}.dev.example.com", "cpu.utilization", [now - 9000], [1.0], cluster="prod")
-    far = [40.0, 42.0]
+    far: list[float | None] = [40.0, 42.0]
     fake.add("far.dev.example.com", "cpu.utilization", [now - 10, now], far, cluster="prod")
     fake.add("far.dev.example.com", "memory.utilization", [now], [50.0], cluster="prod")
     env = go_environment(

@@ -68,6 +68,11 @@ class Query:
     resource: Resource
     expr: str
     scale: float
+    node_label: str | None = None  # None: the provider's
+    # Optional: answering nothing is no error (a cluster without GPUs); a query the user
+    # set says so in a note, a default says nothing.
+    optional: bool = False
+    default: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,11 @@ class PrometheusProvider:
         self._http = HttpBackend(http)
         self.options = options
         self._memo = ParseMemo(options.node_label, options.strip_port)
+        self._memos = {
+            label: ParseMemo(label, options.strip_port)
+            for q in options.queries
+            if (label := q.node_label) is not None and label != options.node_label
+        }
         self._parsing = asyncio.Lock()
         self._explained: dict[str, tuple[float, rules.Why]] = {}
         self._capacity = CapacityCache(options.node_label, options.strip_port)
@@ -166,11 +176,14 @@ class PrometheusProvider:
             # add theirs (the CPU is the same either way).
             async with self._parsing:
                 batch, _ = await asyncio.to_thread(
-                    parse_answer, answer.body, q.resource, q.scale, self._memo, promql
+                    parse_answer, answer.body, q.resource, q.scale, self._memo_of(q), promql
                 )
         except orjson.JSONDecodeError as exc:
             raise answer.not_json(promql) from exc
         return batch
+
+    def _memo_of(self, q: Query) -> ParseMemo:
+        return self._memos.get(q.node_label or "", self._memo)
 
     async def _ask(self, promql: str, at: str) -> RawAnswer:
         """One instant query's answer, uncompressed: Prometheus's gzip of a poll's answer
@@ -187,6 +200,10 @@ class PrometheusProvider:
         batches = await self._query(q, q.expr, spans)
         if any(b.keys for b in batches):
             return _Outcome(batches)
+        if q.optional:
+            label = q.node_label or self.options.node_label
+            note = f"{q.resource} query {q.expr!r} returned no series with label {label!r}"
+            return _Outcome(batches, note=None if q.default else note)
         metric = rules.metric_of(q.expr)
         if metric is None:  # an expression, not a series: nothing to look up
             label = self.options.node_label
@@ -241,7 +258,8 @@ class PrometheusProvider:
         answers do not match (a count higher than the series, a fresh series the mean does
         not have: they moved between the queries), or when a query is not a plain selector.
         """
-        queries = self.options.queries
+        # The scored resources only: the others come with the raw samples a moment later.
+        queries = tuple(q for q in self.options.queries if not q.optional)
         if not all(_SELECTOR.match(q.expr.strip()) for q in queries):
             return None
         end = math.floor(now)
