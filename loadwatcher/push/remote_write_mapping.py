@@ -41,7 +41,7 @@ NODE_CPU_SECONDS = "node_cpu_seconds_total"
 MEM_AVAILABLE = "node_memory_MemAvailable_bytes"
 MEM_TOTAL = "node_memory_MemTotal_bytes"
 
-_CPU, _MEMORY, _RAW_CPU, _RAW_AVAILABLE, _RAW_TOTAL = range(5)
+_CPU, _MEMORY, _RAW_CPU, _RAW_AVAILABLE, _RAW_TOTAL, _EXTRA = range(6)
 
 
 @dataclass(frozen=True)
@@ -65,11 +65,27 @@ class RemoteWriteMapping:
     replica_label: str = "prometheus_replica"
     cluster_label: str = "cluster"
     require_replica: bool = False
+    # Recording-rule series of the other resources (GPU, network, ...): ratios, as CPU's.
+    extra: tuple[tuple[Resource, str], ...] = ()
 
     def metrics(self) -> list[str]:
         """The series read. The raw ones are read for the nodes' sizes even when
         ``raw_node_exporter`` is off (they then give no utilisation)."""
-        return [self.cpu_metric, self.memory_metric, NODE_CPU_SECONDS, MEM_AVAILABLE, MEM_TOTAL]
+        rules = [name for _, name in self.extra]
+        return [
+            self.cpu_metric,
+            self.memory_metric,
+            NODE_CPU_SECONDS,
+            MEM_AVAILABLE,
+            MEM_TOTAL,
+            *rules,
+        ]
+
+    def resource_codes(self) -> IntArray:
+        """Per metric of ``metrics()``, its resource's index in ``RESOURCES`` (-1: raw)."""
+        codes = [RESOURCES.index(Resource.CPU), RESOURCES.index(Resource.MEMORY), -1, -1, -1]
+        codes += [RESOURCES.index(resource) for resource, _ in self.extra]
+        return np.array(codes, np.int64)
 
     def labels(self) -> list[str]:
         """The labels read: node, replica, cluster (when named), then cpu and mode."""
@@ -89,6 +105,7 @@ class RemoteWriteReceiver:
     ) -> None:
         self.mapping = mapping
         self.index = SeriesIndex(mapping.metrics(), mapping.labels())
+        self._resource_of = mapping.resource_codes()
         self.ha = HATracker(failover_timeout_s)
         self.cpu = CounterState()
         self.memory = GaugePairs()
@@ -108,7 +125,7 @@ class RemoteWriteReceiver:
                 f"a series lacks the replica label {m.replica_label} (push.require_replica is on)",
             )
         counts = {"series": sel.series, "unmatched": sel.series - len(sel)}
-        raw_series = sel.metric > _MEMORY
+        raw_series = (sel.metric > _MEMORY) & (sel.metric < _EXTRA)
         lengths = sel.lengths  # the samples counted
         if not m.raw_node_exporter:  # read for sizes only: counted as before, unmatched
             count(counts, "unmatched", int(raw_series.sum()))
@@ -125,16 +142,17 @@ class RemoteWriteReceiver:
         keep = accepted.take(series_of)
         stale = sel.values.view(np.uint64) == np.uint64(STALE_NAN_BITS)
         metric = sel.metric.take(series_of)
-        counted = keep if m.raw_node_exporter else keep & (metric <= _MEMORY)
+        is_rule = ~raw_series.take(series_of)
+        counted = keep if m.raw_node_exporter else keep & is_rule
         count(counts, "stale_marker", int((stale & counted).sum()))
         parts: list[Part] = []
-        rule = np.flatnonzero(keep & ~stale & (metric <= _MEMORY))
+        rule = np.flatnonzero(keep & ~stale & is_rule)
         if rule.size:
             parts.append(
                 Part(
                     names,
                     node_codes.take(series_of.take(rule)),
-                    metric.take(rule),
+                    self._resource_of.take(metric.take(rule)),
                     ms_to_seconds(sel.ts_ms.take(rule)),
                     sel.values.take(rule) * m.scale,
                 )

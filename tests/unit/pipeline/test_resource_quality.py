@@ -11,12 +11,13 @@ from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadwatcher.model import Resource, Series
+from loadwatcher.model import FloatArray, Resource, Series
 from loadwatcher.pipeline import ageing, analysis, snapshot
 from loadwatcher.pipeline.store import SampleStore
 
 NOW = 1_700_000_000.0
-GRID = NOW - 15.0 * np.arange(61)[::-1]  # a full 15-minute window every 15 s
+# A full 15-minute window, a sample every 15 s.
+GRID: FloatArray = (NOW - 15.0 * np.arange(61)[::-1]).astype(np.float64)
 EXTRA = (Resource.NETWORK, Resource.DISK, Resource.ENERGY, Resource.GPU, Resource.GPU_MAX)
 
 # Each shape of series, by what the analyser makes of it.
@@ -87,8 +88,8 @@ def test_ageing_a_served_snapshot_keeps_the_rule() -> None:
     """Served later (journal restore, provider down), the GPU series turns stale first: the
     node stays ok until its CPU does."""
     store = SampleStore()
-    cpu_ts = GRID
-    gpu_ts = GRID - 200.0
+    cpu_ts: FloatArray = GRID
+    gpu_ts: FloatArray = (GRID - 200.0).astype(np.float64)
     store.add(
         [
             Series("n1", Resource.CPU, cpu_ts, 10 + 5 * np.sin(cpu_ts)),
