@@ -240,3 +240,26 @@ async def test_thousands_of_gpu_series_and_a_restart_from_the_journal(
         assert {str(r) for r in restored} == {"cpu", "memory", "gpu", "gpu_max"}
     finally:
         await second.close()
+
+
+async def test_gpu_nodes_named_otherwise_than_cpu_nodes_are_a_note(prometheus_factory) -> None:
+    """A careless setup: the DCGM exporter's Hostname holds host names while the CPU series'
+    instance holds addresses. The GPU rows would be nodes of their own: health says so."""
+    now = a_past_moment()
+    history = node_history(3, now, span_s=1100.0)
+    times = [t for _, _, samples in history[:1] for t, _ in samples]
+    series = list(history)
+    rng = random.Random(3)
+    for i in range(3):
+        series.append(dcgm(f"gpu-host-{i}", 0, times, [rng.uniform(0, 100) for _ in times]))
+    prom = prometheus_factory(openmetrics_text(series))
+    engine = prometheus_engine(prom.url)
+    try:
+        await engine.cycle(now)
+        verdict = engine.health(now)
+        assert verdict.healthy, verdict.body
+        text = str(verdict.body)
+        assert "names 3 of its 3 nodes by 'Hostname' otherwise" in text
+        assert "prometheus.gpu_node_label" in text and "gpu-host-0" in text
+    finally:
+        await engine.close()
