@@ -38,6 +38,7 @@ class PrometheusSettings:
 # other queries. A Prometheus without it answers nothing, which is no error.
 GPU_QUERY = "avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL) / 100"
 GPU_MAX_QUERY = "max by (Hostname) (DCGM_FI_DEV_GPU_UTIL) / 100"
+SECTION_DEFAULTS: dict[Resource, str] = {Resource.GPU: GPU_QUERY, Resource.GPU_MAX: GPU_MAX_QUERY}
 
 # The resources beyond CPU and memory: each one's setting and default (empty: not read).
 # Network, disk and energy have no default: node-exporter has no capacity for bandwidth
@@ -189,9 +190,6 @@ def _build(settings: Settings, prom: PrometheusSettings) -> Provider:
         fallback_node_exporter=prom.fallback_node_exporter,
     )
     return PrometheusProvider(HttpSettings.of(settings.provider), options)
-
-
-SECTION_DEFAULTS: dict[Resource, str] = {Resource.GPU: GPU_QUERY, Resource.GPU_MAX: GPU_MAX_QUERY}
 
 
 def _metric_names(prom: PrometheusSettings) -> dict[Resource, str]:
