@@ -330,3 +330,46 @@ async def test_a_series_the_metadata_search_never_names_is_not_looked_up_every_p
         assert cpu_pages() == first + 10  # the periodic read
     finally:
         await engine.close()
+
+
+async def test_a_gpu_metric_per_device_is_served_as_each_hosts_mean_and_busiest(
+    aiohttp_server,
+) -> None:
+    """signalfx.gpu_metric names a metric with one MTS per device: each host gets GPU, the
+    mean over its devices with a point at each time, and GPUMax, the busiest; one device
+    stops half-way; a host without GPUs has neither, and an energy metric nobody sends is
+    no reason: health stays ok."""
+    fake = FakeSignalFx()
+    now = now_s()
+    rng = np.random.default_rng(12)
+    seed(fake, now, ["alpha.dev.example.com", "beta.dev.example.com"], rng)
+    ts = [now - STEP_S * k for k in range(100, -1, -1)]
+    devices = [list(rng.uniform(0, 100, len(ts))) for _ in range(3)]
+    half = len(ts) // 2
+    for gpu, values in enumerate(devices):
+        kept_ts, kept = (ts[:half], values[:half]) if gpu == 2 else (ts, values)
+        fake.add(
+            "alpha.dev.example.com", "gpu.utilization", kept_ts, kept, cluster="prod", gpu=str(gpu)
+        )
+    env = go_environment(
+        await start(aiohttp_server, fake),
+        LOADWATCHER_SIGNALFX_GPU_METRIC="gpu.utilization",
+        LOADWATCHER_SIGNALFX_ENERGY_METRIC="power.utilization",  # no such series: no reason
+    )
+    engine = engine_of(env)
+    try:
+        await engine.cycle(now)
+        assert engine.health(now).healthy, engine.health(now).body
+        doc = formats.document(snapshot(engine), "15m", Format.DEFAULT)
+        grid = np.array(devices)
+        grid[2, half:] = np.nan  # the device that stopped
+        inside = np.array([now - 900 <= t <= now for t in ts])
+        mean = np.nanmean(grid[:, inside], axis=0)
+        most = np.nanmax(grid[:, inside], axis=0)
+        assert served(doc, "alpha", "GPU", "AVG") == pytest.approx(mean.mean(), abs=1e-9)
+        assert served(doc, "alpha", "GPU", "STD") == pytest.approx(mean.std(), abs=1e-9)
+        assert served(doc, "alpha", "GPUMax", "AVG") == pytest.approx(most.mean(), abs=1e-9)
+        beta = {m["type"] for m in doc["data"]["NodeMetricsMap"]["beta"]["metrics"]}
+        assert beta == {"CPU", "Memory"}
+    finally:
+        await engine.close()

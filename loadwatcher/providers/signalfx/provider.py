@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from loadwatcher.errors import ProviderError, ProviderErrorKind
 from loadwatcher.model import FetchResult, Resource, Series
 from loadwatcher.providers import hostnames
@@ -74,6 +76,28 @@ class _Hosts:
     # created since): reading again at once would not find them, so they wait for the next
     # periodic read instead of making every poll read every page.
     unnamed: frozenset[str] = frozenset()
+
+
+def devices(series: list[Series]) -> list[Series]:
+    """Per node, from its devices' series (one MTS per GPU), the mean over the devices with
+    a point at each time (``GPU``) and the busiest of them (``GPU_MAX``); pure."""
+    by_node: dict[str, list[Series]] = {}
+    for one in series:
+        by_node.setdefault(one.node, []).append(one)
+    found = []
+    for node, parts in by_node.items():
+        ts = np.concatenate([p.ts for p in parts])
+        values = np.concatenate([p.values for p in parts])
+        times, at = np.unique(ts, return_inverse=True)
+        total = np.zeros(times.shape[0])
+        count = np.zeros(times.shape[0])
+        most = np.full(times.shape[0], -np.inf)
+        np.add.at(total, at, values)
+        np.add.at(count, at, 1.0)
+        np.maximum.at(most, at, values)
+        found.append(Series(node, Resource.GPU, times, total / count))
+        found.append(Series(node, Resource.GPU_MAX, times, most))
+    return found
 
 
 class SignalFxProvider:
@@ -148,6 +172,8 @@ class SignalFxProvider:
                 unknown += 1
                 continue
             series.append(Series(node, resource, found.ts, found.values * o.scale))
+        if resource is Resource.GPU:  # one MTS per device: the mean and the busiest per host
+            series = devices(series)
         notice = hosts.notice
         if unknown:
             notice = (
@@ -155,7 +181,7 @@ class SignalFxProvider:
                 "dimension or were not named by the metadata search (which returns at most "
                 "10,000) and were left out"
             )
-        elif not points:
+        elif not points and resource.scored:  # a cluster may have no GPU: no reason
             notice = (
                 f"SignalFx has no points for {search}: check the metric names, "
                 "signalfx.cluster_name and signalfx.host_name_suffix"
