@@ -24,12 +24,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from loadwatcher.errors import ProviderError, ProviderErrorKind
 from loadwatcher.model import FetchResult, Resource, Series
 from loadwatcher.providers import hostnames
 from loadwatcher.providers.base import collect
+from loadwatcher.providers.devices import devices
 from loadwatcher.providers.http import HttpBackend, HttpSettings, TokenSource
 from loadwatcher.providers.signalfx import answer
 from loadwatcher.words import plural
@@ -76,28 +75,6 @@ class _Hosts:
     # created since): reading again at once would not find them, so they wait for the next
     # periodic read instead of making every poll read every page.
     unnamed: frozenset[str] = frozenset()
-
-
-def devices(series: list[Series]) -> list[Series]:
-    """Per node, from its devices' series (one MTS per GPU), the mean over the devices with
-    a point at each time (``GPU``) and the busiest of them (``GPU_MAX``); pure."""
-    by_node: dict[str, list[Series]] = {}
-    for one in series:
-        by_node.setdefault(one.node, []).append(one)
-    found = []
-    for node, parts in by_node.items():
-        ts = np.concatenate([p.ts for p in parts])
-        values = np.concatenate([p.values for p in parts])
-        times, at = np.unique(ts, return_inverse=True)
-        total = np.zeros(times.shape[0])
-        count = np.zeros(times.shape[0])
-        most = np.full(times.shape[0], -np.inf)
-        np.add.at(total, at, values)
-        np.add.at(count, at, 1.0)
-        np.maximum.at(most, at, values)
-        found.append(Series(node, Resource.GPU, times, total / count))
-        found.append(Series(node, Resource.GPU_MAX, times, most))
-    return found
 
 
 class SignalFxProvider:
