@@ -27,20 +27,33 @@ class Resource(StrEnum):
     NETWORK = "network"
     DISK = "disk"
     ENERGY = "energy"
+    GPU = "gpu"  # per node, the mean over its devices
+    GPU_MAX = "gpu_max"  # per node, its busiest device
 
     @property
     def wire_type(self) -> str:
         """The ``type`` string of the Go load-watcher wire format."""
         return _WIRE_TYPES[self]
 
+    @property
+    def scored(self) -> bool:
+        """Read by the scoring plugins (as upstream): a node's quality is judged by these."""
+        return self in SCORED
 
+
+# The Go load-watcher has no GPU constant: "GPU" is the name Kubernetes and DCGM give the
+# device, and the busiest device gets a type of its own so that a client taking the last
+# metric of type "GPU" never gets the maximum in place of the mean (docs/resources.md).
 _WIRE_TYPES = {
     Resource.CPU: "CPU",
     Resource.MEMORY: "Memory",
     Resource.NETWORK: "Bandwidth",
     Resource.DISK: "Storage",
     Resource.ENERGY: "Energy",
+    Resource.GPU: "GPU",
+    Resource.GPU_MAX: "GPUMax",
 }
+SCORED = frozenset({Resource.CPU, Resource.MEMORY})
 
 
 class Operator(StrEnum):

@@ -30,6 +30,8 @@ _TYPES = {
     "storage": "Storage",
     "disk": "Storage",
     "energy": "Energy",
+    "gpu": "GPU",
+    "gpu_max": "GPUMax",
 }
 
 

@@ -25,6 +25,15 @@ from loadwatcher.words import plural
 
 _OPERATORS = WIRE_OPERATORS  # every operator, in wire order
 
+# The other resources' headings (their figures only: the charts are CPU's and memory's).
+_TITLES = {
+    Resource.NETWORK: "Network",
+    Resource.DISK: "Disk",
+    Resource.ENERGY: "Energy",
+    Resource.GPU: "GPU, mean over devices",
+    Resource.GPU_MAX: "GPU, busiest device",
+}
+
 
 def _stats(snap: Snapshot, node: str, resource: Resource) -> dict[str, dict[str, float]]:
     """``{window: {operator: value, "count": n}}`` for one series (windows without it left out)."""
@@ -102,7 +111,7 @@ def render(
     resources = [Resource.CPU, Resource.MEMORY]
     resources += sorted(snap.resources - set(resources), key=list(Resource).index)
     for resource in resources:
-        label = LABELS.get(resource, str(resource).title())
+        label = LABELS.get(resource) or _TITLES.get(resource, str(resource))
         stats = _stats(snap, node, resource)
         longest = stats.get(WINDOWS[-1].name, {})
         trace = traces.get((node, resource))

@@ -2,7 +2,8 @@
 
 The analyser tags nodes at the snapshot's time. A snapshot served later -- restored from the
 journal at start, or kept while the provider hangs or fails -- may call a node ``ok`` whose
-newest sample is by now older than ``stale_after_s``. ``aged`` re-judges staleness at ``now``
+newest sample is by now older than ``stale_after_s`` (as the analyser, a node is judged by its
+scored resources, CPU and memory, when it has them). ``aged`` re-judges staleness at ``now``
 from the newest sample each series has in the longest window, and gives every node a tag
 (a node without one cannot be vouched for); ``stale_at`` says when the next series turns
 stale, so that the engine re-publishes at that moment rather than at the next poll.
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from loadwatcher.model import WINDOWS
+from loadwatcher.model import WINDOWS, Resource
 from loadwatcher.pipeline.analysis import QUALITIES, SEVERITY, Quality, Report
 from loadwatcher.pipeline.snapshot import Snapshot
 
@@ -74,11 +75,13 @@ def aged(snap: Snapshot, now: float, stale_after_s: float) -> Tags | None:
         detail = dict(old.get("detail", {}))
         for name, (is_stale, _) in series.items():
             detail[name] = str(Quality.STALE) if is_stale else detail.get(name, fallback)
-        worst = max((_severity(q) for q in detail.values()), default=_STALE)
+        # As the analyser: judged by the scored resources it has, by all when it has none.
+        judged = [name for name in series if Resource(name).scored] or list(series)
+        worst = max((_severity(detail[name]) for name in judged), default=_STALE)
         if "quality" in old:
             worst = max(worst, _severity(old["quality"]))
         new["quality"] = str(QUALITIES[worst])
-        known = [t for _, t in series.values() if np.isfinite(t)]
+        known = [series[name][1] for name in judged if np.isfinite(series[name][1])]
         if "lastSample" in old or known:
             new["lastSample"] = int(old.get("lastSample", max(known, default=0)))
         new["detail"] = dict(sorted(detail.items()))

@@ -15,7 +15,8 @@ Rules, per node and resource, evaluated at ``now`` over the samples the store ho
   skew) count as ``stale``: their newest samples say nothing about now.
 
 Out-of-range and non-finite samples never get here: the store drops and counts them.
-A node's ``quality`` is its worst resource's, in the order of ``SEVERITY``.
+A node's ``quality`` is its worst scored resource's (CPU, memory: ``Resource.scored``), in
+the order of ``SEVERITY``; its other resources' qualities are in its ``detail`` when not ok.
 
 Cost: every rule is vectorised across series. ``frozen`` and ``low_coverage`` are first
 bounded cheaply (the last few values; the shortest interval), and only the series the
@@ -252,14 +253,23 @@ def report(
     """The report from each series' quality code (-1: no sample) and newest sample time
     (-inf: not known; the node's ``lastSample`` is then left out)."""
     held = np.flatnonzero(codes >= 0)
-    series_node = [node for node, _ in compress(keys, (codes >= 0).tolist())]
+    held_keys = list(compress(keys, (codes >= 0).tolist()))
+    series_node = [node for node, _ in held_keys]
     nodes = sorted(dict.fromkeys(series_node))
     position = {node: i for i, node in enumerate(nodes)}
     node_of = np.fromiter(map(position.__getitem__, series_node), np.int64, len(series_node))
-    worst = np.zeros(len(nodes), np.int8)  # every node has a series, so a code >= 0
-    np.maximum.at(worst, node_of, codes[held])
+    # A node is judged by the resources the scorers read (CPU, memory): a GPU idle at 0 for
+    # an hour, or a DCGM exporter down, says nothing about them and must not send the node
+    # to the scorers' fallback. Its other series are judged in ``detail``; a node with none
+    # of the scored resources is judged by all it has.
+    judged = np.fromiter((r.scored for _, r in held_keys), bool, len(held_keys))
+    has_scored = np.zeros(len(nodes), bool)
+    has_scored[node_of[judged]] = True
+    judged |= ~has_scored[node_of]
+    worst = np.zeros(len(nodes), np.int8)  # every node has a judged series, so a code >= 0
+    np.maximum.at(worst, node_of[judged], codes[held[judged]])
     newest = np.full(len(nodes), -np.inf)
-    np.maximum.at(newest, node_of, newest_by_series[held])
+    np.maximum.at(newest, node_of[judged], newest_by_series[held[judged]])
     known = np.isfinite(newest)
     tags: dict[str, dict[str, Any]] = {
         node: {"quality": _NAMES[code], "lastSample": t}
@@ -270,7 +280,7 @@ def report(
     if not bool(known.all()):
         for node in compress(nodes, (~known).tolist()):
             del tags[node]["lastSample"]
-    not_ok = held[worst[node_of] != SEVERITY[Quality.OK]]
+    not_ok = held[(worst[node_of] != SEVERITY[Quality.OK]) | (codes[held] != SEVERITY[Quality.OK])]
     for node, resources in _detail(keys, not_ok, codes[not_ok]).items():
         tags[node]["detail"] = resources
     by_quality: dict[Quality, tuple[str, ...]] = {}

@@ -43,6 +43,8 @@ RAW_NAMES: dict[Resource, str] = {
     Resource.NETWORK: "instance:node_network_utilisation:ratio",
     Resource.DISK: "instance:node_disk_utilisation:ratio",
     Resource.ENERGY: "instance:node_energy_utilisation:ratio",
+    Resource.GPU: "instance:node_gpu_utilisation:ratio",
+    Resource.GPU_MAX: "instance:node_gpu_max_utilisation:ratio",
 }
 _ROLLUP_NAMES, _RAW_NAMES = frozenset(ROLLUP_NAMES.values()), frozenset(RAW_NAMES.values())
 

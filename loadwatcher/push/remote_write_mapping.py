@@ -41,7 +41,7 @@ NODE_CPU_SECONDS = "node_cpu_seconds_total"
 MEM_AVAILABLE = "node_memory_MemAvailable_bytes"
 MEM_TOTAL = "node_memory_MemTotal_bytes"
 
-_CPU, _MEMORY, _RAW_CPU, _RAW_AVAILABLE, _RAW_TOTAL = range(5)
+_CPU, _MEMORY, _RAW_CPU, _RAW_AVAILABLE, _RAW_TOTAL, _EXTRA = range(6)
 
 
 @dataclass(frozen=True)
@@ -65,11 +65,27 @@ class RemoteWriteMapping:
     replica_label: str = "prometheus_replica"
     cluster_label: str = "cluster"
     require_replica: bool = False
+    # Recording-rule series of the other resources (GPU, network, ...): ratios, as CPU's.
+    extra: tuple[tuple[Resource, str], ...] = ()
 
     def metrics(self) -> list[str]:
         """The series read. The raw ones are read for the nodes' sizes even when
         ``raw_node_exporter`` is off (they then give no utilisation)."""
-        return [self.cpu_metric, self.memory_metric, NODE_CPU_SECONDS, MEM_AVAILABLE, MEM_TOTAL]
+        rules = [name for _, name in self.extra]
+        return [
+            self.cpu_metric,
+            self.memory_metric,
+            NODE_CPU_SECONDS,
+            MEM_AVAILABLE,
+            MEM_TOTAL,
+            *rules,
+        ]
+
+    def resource_codes(self) -> IntArray:
+        """Per metric of ``metrics()``, its resource's index in ``RESOURCES`` (-1: raw)."""
+        codes = [RESOURCES.index(Resource.CPU), RESOURCES.index(Resource.MEMORY), -1, -1, -1]
+        codes += [RESOURCES.index(resource) for resource, _ in self.extra]
+        return np.array(codes, np.int64)
 
     def labels(self) -> list[str]:
         """The labels read: node, replica, cluster (when named), then cpu and mode."""
@@ -89,6 +105,7 @@ class RemoteWriteReceiver:
     ) -> None:
         self.mapping = mapping
         self.index = SeriesIndex(mapping.metrics(), mapping.labels())
+        self._resource_of = mapping.resource_codes()
         self.ha = HATracker(failover_timeout_s)
         self.cpu = CounterState()
         self.memory = GaugePairs()
@@ -108,7 +125,7 @@ class RemoteWriteReceiver:
                 f"a series lacks the replica label {m.replica_label} (push.require_replica is on)",
             )
         counts = {"series": sel.series, "unmatched": sel.series - len(sel)}
-        raw_series = sel.metric > _MEMORY
+        raw_series = (sel.metric > _MEMORY) & (sel.metric < _EXTRA)
         lengths = sel.lengths  # the samples counted
         if not m.raw_node_exporter:  # read for sizes only: counted as before, unmatched
             count(counts, "unmatched", int(raw_series.sum()))
@@ -125,10 +142,11 @@ class RemoteWriteReceiver:
         keep = accepted.take(series_of)
         stale = plausible.stale(sel.values)
         metric = sel.metric.take(series_of)
+        is_rule = ~raw_series.take(series_of)
         if m.raw_node_exporter:
-            count(counts, "stale_marker", int((stale & keep & (metric > _MEMORY)).sum()))
+            count(counts, "stale_marker", int((stale & keep & ~is_rule).sum()))
         parts: list[Part] = []
-        rule = np.flatnonzero(keep & (metric <= _MEMORY))
+        rule = np.flatnonzero(keep & is_rule)
         if rule.size:
             values = sel.values.take(rule)
             # Markers as they came: arithmetic need not keep a NaN's payload.
@@ -137,7 +155,7 @@ class RemoteWriteReceiver:
                 Part(
                     names,
                     node_codes.take(series_of.take(rule)),
-                    metric.take(rule),
+                    self._resource_of.take(metric.take(rule)),
                     ms_to_seconds(sel.ts_ms.take(rule)),
                     values,
                 )

@@ -1,4 +1,4 @@
-"""What every push protocol's mapping hands on: samples of (node, CPU | MEMORY) in percent,
+"""What every push protocol's mapping hands on: samples of (node, resource) in percent,
 one ``SeriesBatch`` per request, with counts by reason (``Decoded``).
 
 A protocol's mapping turns its points into ``Part``s (one per kind of sample) and ``to_batch``
@@ -15,7 +15,9 @@ import numpy as np
 
 from loadwatcher.model import FloatArray, IntArray, Resource, SeriesBatch
 
-RESOURCES = (Resource.CPU, Resource.MEMORY)
+# A part's resource is its index here; a node's keys are one per resource, in this order.
+RESOURCES = tuple(Resource)
+_WIDTH = len(RESOURCES)
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ def to_batch(
 ) -> SeriesBatch:
     """One entry per (node, resource), ascending in time, the last value pushed for a time.
 
-    ``keys_of``: the keys ``[(name, CPU), (name, MEMORY), ...]`` of the list of names
+    ``keys_of``: the keys ``[(name, CPU), (name, MEMORY), ...]`` (every resource of
+    ``RESOURCES`` in turn) of the list of names
     ``names_of_keys``, made once rather than per push; used when every part names its
     nodes from that very list.
     """
@@ -80,14 +83,14 @@ def to_batch(
         keys_of = None
     if shared:
         nodes = parts[0].names
-        key = np.concatenate([p.node * 2 + p.resource for p in parts])
+        key = np.concatenate([p.node * _WIDTH + p.resource for p in parts])
     else:
         keys_of = None
         index: dict[str, int] = {}
         keys = []
         for p in parts:
             codes = np.array([index.setdefault(n, len(index)) for n in p.names], np.int64)
-            keys.append(codes.take(p.node) * 2 + p.resource)
+            keys.append(codes.take(p.node) * _WIDTH + p.resource)
         nodes = list(index)
         key = np.concatenate(keys)
     ts = np.concatenate([p.ts for p in parts])

@@ -409,3 +409,43 @@ async def test_a_restart_restores_the_journal_and_asks_only_for_what_is_new(
         assert asked["from"] == (now - 60) * 1000
     finally:
         await second.close()
+
+
+async def test_gpu_metrics_are_the_mean_and_the_busiest_of_each_hosts_devices(
+    aiohttp_server,
+) -> None:
+    """datadog.gpu_metric and gpu_max_metric with the avg: and max: space aggregators: the
+    per-device series of a host become its GPU (the mean over its devices at each point) and
+    GPUMax (the busiest); a host without GPUs has neither, and no notice says so."""
+    fake = FakeDatadog()
+    now = aligned_now()
+    rng = np.random.default_rng(9)
+    seed(fake, now, rng)
+    ts = [now - STEP_S * k for k in range(72, -1, -1)]
+    devices = [list(rng.uniform(0, 100, len(ts))) for _ in range(3)]
+    for gpu, values in enumerate(devices):
+        fake.add_series(
+            "alpha.dev.k8s.example.com", "gpu.util", ts, values, cluster_name="prod", gpu=str(gpu)
+        )
+    env = go_environment(
+        await start(aiohttp_server, fake),
+        LOADWATCHER_DATADOG_GPU_METRIC="avg:gpu.util",
+        LOADWATCHER_DATADOG_GPU_MAX_METRIC="max:gpu.util",
+    )
+    engine = engine_of(env)
+    try:
+        await engine.cycle(now)
+        assert engine.health(now).healthy, engine.health(now).body
+        doc = formats.document(snapshot(engine), "15m", Format.DEFAULT)
+        inside = np.array([now - 900 <= t <= now for t in ts])
+        per_point = np.array(devices)[:, inside]
+        mean, most = per_point.mean(axis=0), per_point.max(axis=0)
+        assert served(doc, "alpha", "GPU", "AVG") == pytest.approx(mean.mean(), abs=1e-9)
+        assert served(doc, "alpha", "GPU", "STD") == pytest.approx(mean.std(), abs=1e-9)
+        assert served(doc, "alpha", "GPUMax", "AVG") == pytest.approx(most.mean(), abs=1e-9)
+        types = {m["type"] for m in doc["data"]["NodeMetricsMap"]["beta"]["metrics"]}
+        assert types == {"CPU", "Memory"}
+        queries = orjson.loads(fake.requests[0]["body"])["data"]["attributes"]["queries"]
+        assert [q["name"] for q in queries] == ["cpu", "memory", "gpu", "gpu_max"]
+    finally:
+        await engine.close()

@@ -598,3 +598,44 @@ def test_settings_for_influxdb_and_their_checks() -> None:
     with pytest.raises(ConfigError) as info:
         config.resolve(None, {"METRICS_PROVIDER_NAME": "InfluxDB"})
     assert info.value.setting == "provider.address"
+
+
+@backend
+async def test_influxql_gpu_per_device_is_each_hosts_mean_and_busiest(influxdb_factory) -> None:
+    """Telegraf's nvidia_smi.utilization_gpu, a point per GPU index: with influxdb.gpu_field
+    each host gets GPU (the mean over its devices at each time) and GPUMax (the busiest),
+    one device stopping half-way; a host without GPUs has neither, and a network field
+    nobody writes is no reason."""
+    end = math.floor(time.time()) - 5
+    rng = np.random.default_rng(4)
+    times = [end - 10 * k for k in range(100, -1, -1)]
+    grid = rng.uniform(0, 100, (3, len(times)))
+    grid[2, len(times) // 2 :] = np.nan  # index 2 stops reporting
+    lines = [
+        f"nvidia_smi,host=node-01,index={i} utilization_gpu={v!r} {t}"
+        for i in range(3)
+        for t, v in zip(times, grid[i].tolist(), strict=True)
+        if not math.isnan(v)
+    ]
+    points = line_protocol(telegraf_points(2, end))
+    server = influxdb_factory(points + "\n".join(lines) + "\n", db="telegraf")
+    engine = influx_engine(
+        server.url,
+        LOADWATCHER_INFLUXDB_GPU_FIELD="nvidia_smi.utilization_gpu",
+        LOADWATCHER_INFLUXDB_NETWORK_FIELD="net.utilisation",
+    )
+    try:
+        await engine.cycle(float(end))
+        assert engine.health(float(end)).healthy, engine.health(float(end)).body
+    finally:
+        await engine.close()
+    assert engine.current is not None
+    doc = formats.document(engine.current.snapshot, "15m", Format.DEFAULT)
+    inside = np.array([end - 900 <= t <= end for t in times])
+    mean = np.nanmean(grid[:, inside], axis=0)
+    most = np.nanmax(grid[:, inside], axis=0)
+    assert served(doc, "node-01", "GPU", "AVG") == pytest.approx(mean.mean(), abs=TOLERANCE)
+    assert served(doc, "node-01", "GPU", "STD") == pytest.approx(mean.std(), abs=TOLERANCE)
+    assert served(doc, "node-01", "GPUMax", "AVG") == pytest.approx(most.mean(), abs=TOLERANCE)
+    other = {m["type"] for m in doc["data"]["NodeMetricsMap"]["node-00"]["metrics"]}
+    assert other == {"CPU", "Memory"}

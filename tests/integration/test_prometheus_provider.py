@@ -170,12 +170,19 @@ def test_node_name_strips_only_a_port(value, strip, expected) -> None:
     assert node_name(value, strip) == expected
 
 
+# The queries counted below are the CPU and memory ones: the GPU defaults off.
+CPU_AND_MEMORY_ONLY = {
+    "LOADWATCHER_PROMETHEUS_GPU_QUERY": "",
+    "LOADWATCHER_PROMETHEUS_GPU_MAX_QUERY": "",
+}
+
+
 async def test_answers_are_parsed_off_the_event_loop(prometheus_factory, monkeypatch) -> None:
     """A 5,000-node cold answer takes ~70 ms to parse: the loop must keep serving meanwhile."""
     now = time.time()
     history = node_history(3, math.floor(now) - 1)
     prom = prometheus_factory(openmetrics_text(history))
-    engine = prometheus_engine(prom.url)
+    engine = prometheus_engine(prom.url, **CPU_AND_MEMORY_ONLY)
     threads: list[threading.Thread] = []
     # The name provider imported and calls (not exported), patched below.
     real = provider.parse_answer  # type: ignore[attr-defined]
@@ -202,7 +209,7 @@ def cold_provider(
     now = time.time()
     history = node_history(3, math.floor(now) - 1)
     prom = prometheus_factory(openmetrics_text(history))
-    engine = prometheus_engine(prom.url)
+    engine = prometheus_engine(prom.url, **CPU_AND_MEMORY_ONLY)
     assert isinstance(engine.provider, provider.PrometheusProvider)
     return now, history, engine, engine.provider
 

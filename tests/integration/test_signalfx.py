@@ -289,3 +289,87 @@ def test_the_realm_chooses_the_api_address() -> None:
     assert (
         address(METRICS_PROVIDER_ADDRESS="https://api.signalfx.com") == "https://api.signalfx.com"
     )
+
+
+async def test_a_series_the_metadata_search_never_names_is_not_looked_up_every_poll(
+    aiohttp_server,
+) -> None:
+    """A CPU series beyond the search's 10,000 results: the first poll reads every page once
+    more on its account, later polls read none until ``metadata_interval_s`` has passed
+    (the old provider read all ten pages again at every poll)."""
+    fake = FakeSignalFx()
+    now = now_s()
+    for i in range(10_000):  # known to the search, no point in the range
+        fake.add(f"h{i}.dev.example.com", "cpu.utilization", [now - 9000], [1.0], cluster="prod")
+    far: list[float | None] = [40.0, 42.0]
+    fake.add("far.dev.example.com", "cpu.utilization", [now - 10, now], far, cluster="prod")
+    fake.add("far.dev.example.com", "memory.utilization", [now], [50.0], cluster="prod")
+    env = go_environment(
+        await start(aiohttp_server, fake),
+        LOADWATCHER_SIGNALFX_METADATA_INTERVAL_S="300",
+    )
+    engine = engine_of(env)
+    clock = [1000.0]
+    provider = engine.provider
+    provider._clock = lambda: clock[0]  # type: ignore[attr-defined]
+
+    def cpu_pages() -> int:
+        return sum('"cpu.utilization"' in p["query"] for p in fake.calls("/v2/metrictimeseries"))
+
+    try:
+        await engine.cycle(now)
+        first = cpu_pages()
+        assert first == 10  # one read of 10 pages of 1,000; the far series is not among them
+        for k in range(1, 6):
+            clock[0] += 10
+            await engine.cycle(now + 10 * k)
+        assert cpu_pages() == first
+        assert "not named by the metadata search" in str(engine.health(now + 50).body)
+        clock[0] += 300
+        await engine.cycle(now + 400)
+        assert cpu_pages() == first + 10  # the periodic read
+    finally:
+        await engine.close()
+
+
+async def test_a_gpu_metric_per_device_is_served_as_each_hosts_mean_and_busiest(
+    aiohttp_server,
+) -> None:
+    """signalfx.gpu_metric names a metric with one MTS per device: each host gets GPU, the
+    mean over its devices with a point at each time, and GPUMax, the busiest; one device
+    stops half-way; a host without GPUs has neither, and an energy metric nobody sends is
+    no reason: health stays ok."""
+    fake = FakeSignalFx()
+    now = now_s()
+    rng = np.random.default_rng(12)
+    seed(fake, now, ["alpha.dev.example.com", "beta.dev.example.com"], rng)
+    ts = [now - STEP_S * k for k in range(100, -1, -1)]
+    devices = [list(rng.uniform(0, 100, len(ts))) for _ in range(3)]
+    half = len(ts) // 2
+    for gpu, values in enumerate(devices):
+        kept_ts, kept = (ts[:half], values[:half]) if gpu == 2 else (ts, values)
+        fake.add(
+            "alpha.dev.example.com", "gpu.utilization", kept_ts, kept, cluster="prod", gpu=str(gpu)
+        )
+    env = go_environment(
+        await start(aiohttp_server, fake),
+        LOADWATCHER_SIGNALFX_GPU_METRIC="gpu.utilization",
+        LOADWATCHER_SIGNALFX_ENERGY_METRIC="power.utilization",  # no such series: no reason
+    )
+    engine = engine_of(env)
+    try:
+        await engine.cycle(now)
+        assert engine.health(now).healthy, engine.health(now).body
+        doc = formats.document(snapshot(engine), "15m", Format.DEFAULT)
+        grid = np.array(devices)
+        grid[2, half:] = np.nan  # the device that stopped
+        inside = np.array([now - 900 <= t <= now for t in ts])
+        mean = np.nanmean(grid[:, inside], axis=0)
+        most = np.nanmax(grid[:, inside], axis=0)
+        assert served(doc, "alpha", "GPU", "AVG") == pytest.approx(mean.mean(), abs=1e-9)
+        assert served(doc, "alpha", "GPU", "STD") == pytest.approx(mean.std(), abs=1e-9)
+        assert served(doc, "alpha", "GPUMax", "AVG") == pytest.approx(most.mean(), abs=1e-9)
+        beta = {m["type"] for m in doc["data"]["NodeMetricsMap"]["beta"]["metrics"]}
+        assert beta == {"CPU", "Memory"}
+    finally:
+        await engine.close()

@@ -40,6 +40,21 @@ class DatadogSettings:
     memory_metric: str
     scale: float
     point_interval_s: float
+    network_metric: str
+    disk_metric: str
+    energy_metric: str
+    gpu_metric: str
+    gpu_max_metric: str
+
+
+# The other resources' settings (``datadog.<resource>_metric``): none is read by default.
+_OTHER = {
+    Resource.NETWORK: "network utilisation",
+    Resource.DISK: "disk utilisation",
+    Resource.ENERGY: "energy use",
+    Resource.GPU: "GPU utilisation, the mean over a host's devices (avg:)",
+    Resource.GPU_MAX: "utilisation of a host's busiest GPU (max:)",
+}
 
 
 def site(text: str) -> str:
@@ -72,6 +87,11 @@ def metric(text: str) -> str:
     if _METRIC.fullmatch(text) is None:
         raise parse.expected("a metric name, optionally after avg:, max:, min: or sum:", text)
     return text
+
+
+def optional_metric(text: str) -> str:
+    """A metric as ``metric`` takes it, or empty: not read."""
+    return metric(text) if text.strip() else ""
 
 
 def tag(text: str) -> str:
@@ -162,6 +182,15 @@ SECTION = Section(
             "point interval asked of the API (Datadog widens it for long ranges); 15 s, the "
             "agent's flush interval, gives each reported value (the Go provider: 60 s maxima)",
         ),
+        *(
+            Spec(
+                f"datadog.{resource.value}_metric",
+                optional_metric,
+                "",
+                f"metric of {what} in percent, with its space aggregator; empty: not read",
+            )
+            for resource, what in _OTHER.items()
+        ),
     ),
 )
 
@@ -200,7 +229,11 @@ def _build(settings: Settings, dd: DatadogSettings) -> Provider:
 
 
 def _metric_names(dd: DatadogSettings) -> dict[Resource, str]:
-    return {Resource.CPU: dd.cpu_metric, Resource.MEMORY: dd.memory_metric}
+    names = {Resource.CPU: dd.cpu_metric, Resource.MEMORY: dd.memory_metric}
+    for resource in _OTHER:
+        if name := str(getattr(dd, f"{resource.value}_metric")):
+            names[resource] = name
+    return names
 
 
 PROVIDER = Declaration(

@@ -1,4 +1,5 @@
-"""The embedded default provider: this machine's own CPU and memory (``provider.py``)."""
+"""The embedded default provider: this machine's own CPU, memory, disk and network
+(``provider.py``, ``io.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ from loadwatcher.model import Resource
 from loadwatcher.providers.base import Provider
 from loadwatcher.providers.registry import Declaration
 
-METRIC_NAMES = {Resource.CPU: "host.cpu.utilisation", Resource.MEMORY: "host.memory.utilisation"}
+METRIC_NAMES = {
+    Resource.CPU: "host.cpu.utilisation",
+    Resource.MEMORY: "host.memory.utilisation",
+    Resource.DISK: "host.disk.utilisation",
+    Resource.NETWORK: "host.network.utilisation",
+}
 
 
 def _build(settings: Settings, section: None) -> Provider:

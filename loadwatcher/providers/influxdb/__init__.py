@@ -34,6 +34,31 @@ class InfluxDBSettings:
     memory_filter: str
     scale: float
     read_capacity: bool
+    network_field: str
+    disk_field: str
+    energy_field: str
+    gpu_field: str
+
+
+# The other resources' settings (``influxdb.<resource>_field``, ``measurement.field``): none
+# is read by default. GPU's has a point per device (Telegraf's nvidia_smi.utilization_gpu):
+# each host gets the mean over its devices and the busiest.
+_OTHER = {
+    Resource.NETWORK: "network utilisation",
+    Resource.DISK: "disk utilisation",
+    Resource.ENERGY: "energy use",
+    Resource.GPU: "GPU utilisation per device, such as nvidia_smi.utilization_gpu (served per "
+    "host as the mean, GPU, and the busiest, GPUMax)",
+}
+
+
+def measurement_field(text: str) -> str:
+    """``measurement.field`` (split at the first dot), or empty: not read."""
+    text = text.strip()
+    measurement, dot, field = text.partition(".")
+    if text and not (dot and measurement and field):
+        raise parse.expected("measurement.field (such as nvidia_smi.utilization_gpu)", text)
+    return text
 
 
 def tag_filter(text: str) -> str:
@@ -119,8 +144,26 @@ SECTION = Section(
             True,
             "also read Telegraf's mem.total and system.n_cpus for the nodes' capacity metadata",
         ),
+        *(
+            Spec(
+                f"influxdb.{resource.value}_field",
+                measurement_field,
+                "",
+                f"measurement.field of {what} in percent; empty: not read",
+            )
+            for resource, what in _OTHER.items()
+        ),
     ),
 )
+
+
+def _other_fields(influx: InfluxDBSettings) -> dict[Resource, tuple[str, str]]:
+    found = {}
+    for resource in _OTHER:
+        if text := str(getattr(influx, f"{resource.value}_field")):
+            measurement, _, field = text.partition(".")
+            found[resource] = (measurement, field)
+    return found
 
 
 def _check(influx: InfluxDBSettings) -> None:
@@ -170,6 +213,10 @@ def _build(settings: Settings, influx: InfluxDBSettings) -> Provider:
                 influx.memory_field,
                 parse_tag_filter(influx.memory_filter),
             ),
+            *(
+                FieldQuery(resource, measurement, field, ())
+                for resource, (measurement, field) in _other_fields(influx).items()
+            ),
         ),
         host_tag=influx.host_tag,
         scale=influx.scale,
@@ -181,10 +228,14 @@ def _build(settings: Settings, influx: InfluxDBSettings) -> Provider:
 
 
 def _metric_names(influx: InfluxDBSettings) -> dict[Resource, str]:
-    return {
+    names = {
         Resource.CPU: f"{influx.cpu_measurement}.{influx.cpu_field}",
         Resource.MEMORY: f"{influx.memory_measurement}.{influx.memory_field}",
     }
+    names.update({r: f"{m}.{f}" for r, (m, f) in _other_fields(influx).items()})
+    if Resource.GPU in names:
+        names[Resource.GPU_MAX] = names[Resource.GPU]
+    return names
 
 
 PROVIDER = Declaration(

@@ -21,6 +21,7 @@ from loadwatcher.errors import ProviderError
 from loadwatcher.model import FetchResult, FloatArray, Resource, Series
 from loadwatcher.pipeline.plausible import UNPARSABLE, unparsable
 from loadwatcher.providers.base import collect
+from loadwatcher.providers.devices import devices
 from loadwatcher.quantity import capacity_facts
 
 # Telegraf's names for what a node has: bytes of memory and logical CPUs.
@@ -143,8 +144,12 @@ class InfluxDBProvider:
     async def _one(self, q: FieldQuery, start: int, end: int) -> tuple[list[Series], str | None]:
         o = self.options
         points = await self.backend.points(q, o.host_tag, start, end)
+        if points and q.resource is Resource.GPU:  # a point per device: mean and busiest
+            return devices(to_series(q.resource, points, o.scale, q.idle)), None
         if points:
             return to_series(q.resource, points, o.scale, q.idle), None
+        if not q.resource.scored:  # a cluster may have no GPU: no reason
+            return [], None
         return [], (
             f"{q.resource}: no points of {describe(q)} with a {o.host_tag!r} tag in "
             f"{self.database!r} in the last {(end - start) / 1e9:.0f} s; check "

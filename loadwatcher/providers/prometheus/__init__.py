@@ -25,6 +25,33 @@ class PrometheusSettings:
     strip_port: bool
     step_s: float
     fallback_node_exporter: bool
+    network_query: str
+    disk_query: str
+    energy_query: str
+    gpu_query: str
+    gpu_max_query: str
+    gpu_node_label: str
+
+
+# DCGM exporter's per-device utilisation (percent), one series per GPU with the node in
+# ``Hostname``: per node the mean over its devices and the busiest one, as ratios like the
+# other queries. A Prometheus without it answers nothing, which is no error.
+GPU_QUERY = "avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL) / 100"
+GPU_MAX_QUERY = "max by (Hostname) (DCGM_FI_DEV_GPU_UTIL) / 100"
+SECTION_DEFAULTS: dict[Resource, str] = {Resource.GPU: GPU_QUERY, Resource.GPU_MAX: GPU_MAX_QUERY}
+
+# The resources beyond CPU and memory: each one's setting and default (empty: not read).
+# Network, disk and energy have no default: node-exporter has no capacity for bandwidth
+# but the link speed (node_network_speed_bytes, absent on most virtual NICs), and neither
+# disk nor energy has one measure every cluster means by them (docs/resources.md).
+EXTRA_QUERIES: dict[Resource, str] = {
+    Resource.NETWORK: "network_query",
+    Resource.DISK: "disk_query",
+    Resource.ENERGY: "energy_query",
+    Resource.GPU: "gpu_query",
+    Resource.GPU_MAX: "gpu_max_query",
+}
+GPU_RESOURCES = frozenset({Resource.GPU, Resource.GPU_MAX})
 
 
 def label(text: str) -> str:
@@ -80,8 +107,58 @@ SECTION = Section(
             False,
             "when the recording rules return nothing, query raw node-exporter metrics instead",
         ),
+        Spec(
+            "prometheus.network_query",
+            parse.text,
+            "",
+            "PromQL for network utilisation per node as a ratio of capacity (empty: none; "
+            "docs/resources.md has one from node-exporter)",
+        ),
+        Spec(
+            "prometheus.disk_query",
+            parse.text,
+            "",
+            "PromQL for disk utilisation per node as a ratio (empty: none)",
+        ),
+        Spec(
+            "prometheus.energy_query",
+            parse.text,
+            "",
+            "PromQL for energy use per node as a ratio of its most (empty: none)",
+        ),
+        Spec(
+            "prometheus.gpu_query",
+            parse.text,
+            GPU_QUERY,
+            "PromQL for GPU utilisation per node, the mean over its devices, as a ratio "
+            "(default: the DCGM exporter's; nothing when it is absent; empty: none)",
+        ),
+        Spec(
+            "prometheus.gpu_max_query",
+            parse.text,
+            GPU_MAX_QUERY,
+            "PromQL for the utilisation of each node's busiest GPU, as a ratio (wire type "
+            "GPUMax; empty: none)",
+        ),
+        Spec(
+            "prometheus.gpu_node_label",
+            label,
+            "Hostname",
+            "label of prometheus.gpu_query's and gpu_max_query's answers that holds the node "
+            "name (the DCGM exporter's Hostname)",
+        ),
     ),
 )
+
+
+def queries(prom: PrometheusSettings) -> dict[Resource, str]:
+    """Every resource's query, the ones set empty left out."""
+    found = {Resource.CPU: prom.cpu_query, Resource.MEMORY: prom.memory_query}
+    for resource, name in EXTRA_QUERIES.items():
+        expr = str(getattr(prom, name)).strip()
+        if expr:
+            found[resource] = expr
+    return found
 
 
 def _build(settings: Settings, prom: PrometheusSettings) -> Provider:
@@ -93,9 +170,17 @@ def _build(settings: Settings, prom: PrometheusSettings) -> Provider:
     )
 
     options = PrometheusOptions(
-        queries=(
-            Query(Resource.CPU, prom.cpu_query, prom.scale),
-            Query(Resource.MEMORY, prom.memory_query, prom.scale),
+        queries=tuple(
+            Query(
+                resource,
+                expr,
+                # The defaults are ratios of a percent: their factor is known.
+                100.0 if expr == SECTION_DEFAULTS.get(resource) else prom.scale,
+                node_label=prom.gpu_node_label if resource in GPU_RESOURCES else None,
+                optional=not resource.scored,
+                default=expr == SECTION_DEFAULTS.get(resource),
+            )
+            for resource, expr in queries(prom).items()
         ),
         node_label=prom.node_label,
         strip_port=prom.strip_port,
@@ -108,7 +193,7 @@ def _build(settings: Settings, prom: PrometheusSettings) -> Provider:
 
 
 def _metric_names(prom: PrometheusSettings) -> dict[Resource, str]:
-    return {Resource.CPU: prom.cpu_query, Resource.MEMORY: prom.memory_query}
+    return queries(prom)
 
 
 PROVIDER = Declaration(

@@ -57,6 +57,9 @@ _SELECTOR = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[^{}]*\})?$")
 # and raise the peak from 127 to 133 MB.
 BACKFILL_SLICE_S = 128
 INSTALL_RULES = "Install the kube-prometheus node recording rules (deploy/ has a PrometheusRule)"
+# Past this share of a query's nodes unknown to the CPU and memory queries, its node label
+# names nodes otherwise.
+MOSTLY = 0.5
 # Why a query is empty is asked of Prometheus again after this long (a few small queries).
 EXPLAIN_EVERY_S = 300.0
 
@@ -68,6 +71,11 @@ class Query:
     resource: Resource
     expr: str
     scale: float
+    node_label: str | None = None  # None: the provider's
+    # Optional: answering nothing is no error (a cluster without GPUs); a query the user
+    # set says so in a note, a default says nothing.
+    optional: bool = False
+    default: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,6 +129,11 @@ class PrometheusProvider:
         self._http = HttpBackend(http)
         self.options = options
         self._memo = ParseMemo(options.node_label, options.strip_port)
+        self._memos = {
+            label: ParseMemo(label, options.strip_port)
+            for q in options.queries
+            if (label := q.node_label) is not None and label != options.node_label
+        }
         self._parsing = asyncio.Lock()
         self._explained: dict[str, tuple[float, rules.Why]] = {}
         self._capacity = CapacityCache(options.node_label, options.strip_port)
@@ -166,11 +179,14 @@ class PrometheusProvider:
             # add theirs (the CPU is the same either way).
             async with self._parsing:
                 batch, _ = await asyncio.to_thread(
-                    parse_answer, answer.body, q.resource, q.scale, self._memo, promql
+                    parse_answer, answer.body, q.resource, q.scale, self._memo_of(q), promql
                 )
         except orjson.JSONDecodeError as exc:
             raise answer.not_json(promql) from exc
         return batch
+
+    def _memo_of(self, q: Query) -> ParseMemo:
+        return self._memos.get(q.node_label or "", self._memo)
 
     async def _ask(self, promql: str, at: str) -> RawAnswer:
         """One instant query's answer, uncompressed: Prometheus's gzip of a poll's answer
@@ -187,6 +203,10 @@ class PrometheusProvider:
         batches = await self._query(q, q.expr, spans)
         if any(b.keys for b in batches):
             return _Outcome(batches)
+        if q.optional:
+            label = q.node_label or self.options.node_label
+            note = f"{q.resource} query {q.expr!r} returned no series with label {label!r}"
+            return _Outcome(batches, note=None if q.default else note)
         metric = rules.metric_of(q.expr)
         if metric is None:  # an expression, not a series: nothing to look up
             label = self.options.node_label
@@ -241,7 +261,8 @@ class PrometheusProvider:
         answers do not match (a count higher than the series, a fresh series the mean does
         not have: they moved between the queries), or when a query is not a plain selector.
         """
-        queries = self.options.queries
+        # The scored resources only: the others come with the raw samples a moment later.
+        queries = tuple(q for q in self.options.queries if not q.optional)
         if not all(_SELECTOR.match(q.expr.strip()) for q in queries):
             return None
         end = math.floor(now)
@@ -348,6 +369,7 @@ class PrometheusProvider:
                 await asyncio.gather(*side, return_exceptions=True)
         done = [(q, o) for q, o in zip(self.options.queries, outcomes, strict=True)]
         notes = [o.note for _, o in done if isinstance(o, _Outcome) and o.note]
+        notes += _unmatched_labels(done, self.options.node_label)
         if self._capacity.note and result.known_nodes:  # no node: no size to miss
             notes.append(self._capacity.note)
         members, note = self._nodes.members(result.known_nodes)
@@ -371,3 +393,28 @@ class PrometheusProvider:
 
     async def close(self) -> None:
         await self._http.close()
+
+
+def _unmatched_labels(done: list[tuple[Query, _Outcome | BaseException]], label: str) -> list[str]:
+    """Notes for queries with a node label of their own (GPU's ``Hostname``) whose nodes are
+    mostly not the CPU and memory queries' nodes: the two labels name nodes differently,
+    and the GPU rows would be served as nodes of their own."""
+    scored: set[str] = set()
+    for q, o in done:
+        if not q.optional and isinstance(o, _Outcome):
+            scored.update(*(b.nodes for b in o.batches))
+    notes = []
+    for q, o in done:
+        if q.node_label is None or not isinstance(o, _Outcome) or not scored:
+            continue
+        theirs = set().union(*(b.nodes for b in o.batches))
+        apart = sorted(theirs - scored)
+        if apart and len(apart) > MOSTLY * len(theirs):
+            notes.append(
+                f"{q.resource} query {q.expr!r} names {len(apart)} of its {len(theirs)} nodes "
+                f"by {q.node_label!r} otherwise than the CPU query by {label!r} "
+                f"({', '.join(apart[:3])} ...): they are served as nodes of their own; "
+                f"set prometheus.{q.resource.value.split('_')[0]}_node_label or the query so "
+                "that both name the Kubernetes node"
+            )
+    return notes

@@ -135,7 +135,7 @@ SECTION = Section(
     ),
 )
 
-METRIC_NAMES = {Resource.CPU: "push.cpu.utilisation", Resource.MEMORY: "push.memory.utilisation"}
+METRIC_NAMES = {r: f"push.{r.value}.utilisation" for r in Resource}
 
 
 def _build(settings: Settings, push: PushSettings) -> Provider:

@@ -38,6 +38,21 @@ class SignalFxSettings:
     resolution_ms: int
     page_size: int
     metadata_interval_s: float
+    network_metric: str
+    disk_metric: str
+    energy_metric: str
+    gpu_metric: str
+
+
+# The other resources' settings (``signalfx.<resource>_metric``): none is read by default.
+# GPU's metric has one time series per device: its mean and its busiest per host are served.
+_OTHER = {
+    Resource.NETWORK: "network utilisation",
+    Resource.DISK: "disk utilisation",
+    Resource.ENERGY: "energy use",
+    Resource.GPU: "GPU utilisation per device (served per host as the mean, GPU, and the "
+    "busiest, GPUMax)",
+}
 
 
 def realm(text: str) -> str:
@@ -55,6 +70,13 @@ def _pattern(what: str, pattern: re.Pattern[str]) -> Callable[[str], str]:
         return text
 
     return check
+
+
+def _optional(check: Callable[[str], str]) -> Callable[[str], str]:
+    def either(text: str) -> str:
+        return check(text) if text.strip() else ""
+
+    return either
 
 
 def value(text: str) -> str:
@@ -141,6 +163,15 @@ SECTION = Section(
             "seconds between two reads of the time series' hosts (sooner when an unknown "
             "series appears); 0: every poll",
         ),
+        *(
+            Spec(
+                f"signalfx.{resource.value}_metric",
+                _optional(_pattern("a metric name", _METRIC)),
+                "",
+                f"metric of {what} in percent; empty: not read",
+            )
+            for resource, what in _OTHER.items()
+        ),
     ),
 )
 
@@ -153,7 +184,7 @@ def _build(settings: Settings, sfx: SignalFxSettings) -> Provider:
     if not http.address:
         http = dataclasses.replace(http, address=f"https://api.{sfx.realm}.signalfx.com")
     options = SignalFxOptions(
-        metrics={Resource.CPU: sfx.cpu_metric, Resource.MEMORY: sfx.memory_metric},
+        metrics=_metrics(sfx),
         cluster_dimension=sfx.cluster_dimension,
         cluster_name=sfx.cluster_name,
         host_name_suffix=sfx.host_name_suffix,
@@ -168,12 +199,20 @@ def _build(settings: Settings, sfx: SignalFxSettings) -> Provider:
     return SignalFxProvider(http, options)
 
 
+def _metrics(sfx: SignalFxSettings) -> dict[Resource, str]:
+    found = {Resource.CPU: sfx.cpu_metric, Resource.MEMORY: sfx.memory_metric}
+    for resource in _OTHER:
+        if metric := str(getattr(sfx, f"{resource.value}_metric")):
+            found[resource] = metric
+    return found
+
+
 def _metric_names(sfx: SignalFxSettings) -> dict[Resource, str]:
     # The Go load-watcher's wire names: the metric as its query selects it.
-    return {
-        Resource.CPU: f'sf_metric:"{sfx.cpu_metric}"',
-        Resource.MEMORY: f'sf_metric:"{sfx.memory_metric}"',
-    }
+    names = {r: f'sf_metric:"{metric}"' for r, metric in _metrics(sfx).items()}
+    if Resource.GPU in names:
+        names[Resource.GPU_MAX] = names[Resource.GPU]
+    return names
 
 
 PROVIDER = Declaration(

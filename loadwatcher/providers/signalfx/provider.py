@@ -7,9 +7,10 @@ which host each id is. Beyond the Go provider: the points are asked at the fines
 resolution (1000 ms: the points as sent) and kept, where the Go provider averaged minute
 values; the metadata is paged (``limit``/``offset``, up to the API's 10,000) and kept
 between polls, read again every ``metadata_interval_s`` or as soon as a data answer holds
-an MTS it does not know; the hosts of its active MTS (the API marks an MTS inactive once it
-has had no data for a while) are the known nodes, so one that sends nothing shows as
-missing. The token goes in ``X-SF-Token``, read at each request (a
+an MTS it does not know (once: an MTS that read does not name either, such as one beyond
+the 10,000, waits for the next periodic read); the hosts of its active MTS (the API marks
+an MTS inactive once it has had no data for a while) are the known nodes, so one that
+sends nothing shows as missing. The token goes in ``X-SF-Token``, read at each request (a
 rotated ``provider.token_file`` is followed). The two resources are fetched concurrently;
 one's failure keeps the other's samples.
 """
@@ -27,6 +28,7 @@ from loadwatcher.errors import ProviderError, ProviderErrorKind
 from loadwatcher.model import FetchResult, Resource, Series
 from loadwatcher.providers import hostnames
 from loadwatcher.providers.base import collect
+from loadwatcher.providers.devices import devices
 from loadwatcher.providers.http import HttpBackend, HttpSettings, TokenSource
 from loadwatcher.providers.signalfx import answer
 from loadwatcher.words import plural
@@ -69,6 +71,10 @@ class _Hosts:
     active: frozenset[str] = frozenset()  # hosts with an active MTS: the known nodes
     read_at: float | None = None  # monotonic seconds
     notice: str | None = None
+    # Ids with points that the last read did not name (beyond the search's 10,000, or
+    # created since): reading again at once would not find them, so they wait for the next
+    # periodic read instead of making every poll read every page.
+    unnamed: frozenset[str] = frozenset()
 
 
 class SignalFxProvider:
@@ -130,9 +136,11 @@ class SignalFxProvider:
         points = answer.parse_window(doc)
         hosts = self._hosts[resource]
         age = None if hosts.read_at is None else self._clock() - hosts.read_at
-        if age is None or age >= o.metadata_interval_s or not points.keys() <= hosts.by_id.keys():
+        unknown_ids = points.keys() - hosts.by_id.keys()
+        if age is None or age >= o.metadata_interval_s or not unknown_ids <= hosts.unnamed:
             await self._read_hosts(resource, search)
             hosts = self._hosts[resource]
+            hosts.unnamed = frozenset(points.keys() - hosts.by_id.keys())
         series = []
         unknown = 0
         for tsid, found in points.items():
@@ -141,13 +149,16 @@ class SignalFxProvider:
                 unknown += 1
                 continue
             series.append(Series(node, resource, found.ts, found.values * o.scale))
+        if resource is Resource.GPU:  # one MTS per device: the mean and the busiest per host
+            series = devices(series)
         notice = hosts.notice
         if unknown:
             notice = (
                 f"{plural(unknown, 'SignalFx time series')} of {search} had no host "
-                "dimension and were left out"
+                "dimension or were not named by the metadata search (which returns at most "
+                "10,000) and were left out"
             )
-        elif not points:
+        elif not points and resource.scored:  # a cluster may have no GPU: no reason
             notice = (
                 f"SignalFx has no points for {search}: check the metric names, "
                 "signalfx.cluster_name and signalfx.host_name_suffix"

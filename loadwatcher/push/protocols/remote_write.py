@@ -1,16 +1,36 @@
 """Prometheus remote write 1.0 (``POST /api/v1/write``), read with the Prometheus provider's
-settings (``prometheus.*``: metric names, node label, port, scale) and ``push.*`` (raw
-node-exporter series, HA deduplication)."""
+settings (``prometheus.*``: metric names, node label, port, scale; the other resources'
+queries where they are metric names) and ``push.*`` (raw node-exporter series, HA
+deduplication)."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from typing import Any
 
 from loadwatcher.config import Settings
+from loadwatcher.model import Resource
 from loadwatcher.push.errors import PushErrorKind
 from loadwatcher.push.protocol import Mapper, PushProtocol, Route
 
 REMOTE_WRITE = "/api/v1/write"
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+
+def extra_metrics(prom: Any, taken: list[str]) -> tuple[tuple[Resource, str], ...]:
+    """The other resources whose ``prometheus.<resource>_query`` is a metric name: the
+    recording rule's series a Prometheus pushes. An expression (the GPU default) names no
+    pushed series: that resource is not read from pushes. A name already read (``taken``,
+    or another resource's) is read once, as the first."""
+    seen = set(taken)
+    found = []
+    for resource in Resource:
+        name = str(getattr(prom, f"{resource.value}_query", "") or "").strip()
+        if not resource.scored and _METRIC_NAME.fullmatch(name) and name not in seen:
+            seen.add(name)
+            found.append((resource, name))
+    return tuple(found)
 
 
 def _build(settings: Settings) -> Mapper:
@@ -34,6 +54,7 @@ def _build(settings: Settings) -> Mapper:
         cluster_label=push.cluster_label,
         require_replica=push.require_replica,
     )
+    mapping = dataclasses.replace(mapping, extra=extra_metrics(prom, mapping.metrics()))
     return RemoteWriteMapper(RemoteWriteReceiver(mapping, failover_timeout_s=push.ha_failover_s))
 
 

@@ -118,7 +118,7 @@ def test_parse_kep_format() -> None:
     "mutate",
     [
         lambda d: d.pop("window"),
-        lambda d: d["data"]["NodeMetricsMap"]["node-1"]["metrics"][0].update(type="GPU"),
+        lambda d: d["data"]["NodeMetricsMap"]["node-1"]["metrics"][0].update(type="TPU"),
         lambda d: d["data"]["NodeMetricsMap"]["node-1"]["metrics"][0].update(value="high"),
         lambda d: d["data"]["NodeMetricsMap"]["node-1"].update(metrics=[]),
         lambda d: d.update(timestamp="now"),

@@ -223,7 +223,7 @@ async def test_series_of_a_resource_this_version_does_not_know_are_left_out(
     db = tmp_path / "lw.db"
     await write(db, (cols([0, 1], [10, 10], [1, 2]), 0))
     with sqlite3.connect(db) as conn:
-        conn.execute("INSERT INTO series (id, node, resource) VALUES (7, 'g', 'gpu')")
+        conn.execute("INSERT INTO series (id, node, resource) VALUES (7, 'g', 'tpu')")
         conn.execute(
             codec.INSERT,
             codec.encode(np.array([7, 0]), np.array([20.0, 20.0]), np.array([50.0, 3.0])),

@@ -1,0 +1,75 @@
+"""Pushed recording-rule series of the other resources (GPU, network, ...): read by the name
+``prometheus.<resource>_query`` gives when that is a metric name, as CPU's are."""
+
+from __future__ import annotations
+
+import cramjam
+import numpy as np
+
+from loadwatcher.model import Resource, SeriesBatch
+from loadwatcher.push import remote_write_pb2 as pb
+from loadwatcher.push.protocols.remote_write import extra_metrics
+from loadwatcher.push.remote_write import WriteRequestBytes, decode_write_request
+from loadwatcher.push.remote_write_mapping import RemoteWriteMapping, RemoteWriteReceiver
+from tests.support.service import settings
+
+CPU, MEM = "instance:node_cpu:ratio", "instance:node_memory_utilisation:ratio"
+GPU = "instance:node_gpu_utilisation:ratio"
+NET = "instance:node_network_utilisation:ratio"
+T = 1_700_000_000_000
+
+
+def request(*series: tuple[str, dict[str, str], list[tuple[int, float]]]) -> WriteRequestBytes:
+    wr = pb.WriteRequest()
+    for name, labels, samples in series:
+        ts = wr.timeseries.add()
+        for k, text in sorted({"__name__": name, **labels}.items()):
+            ts.labels.add(name=k, value=text)
+        for t, v in samples:
+            ts.samples.add(timestamp=t, value=v)
+    return decode_write_request(bytes(cramjam.snappy.compress_raw(wr.SerializeToString())), 1 << 24)
+
+
+def as_dict(batch: SeriesBatch) -> dict[tuple[str, Resource], list[tuple[float, float]]]:
+    first = np.cumsum(batch.lengths) - batch.lengths
+    return {
+        key: list(zip(batch.ts[a : a + n].tolist(), batch.values[a : a + n].tolist(), strict=True))
+        for key, a, n in zip(batch.keys, first.tolist(), batch.lengths.tolist(), strict=True)
+    }
+
+
+def test_gpu_and_network_rules_become_percent_beside_cpu_and_raw_series() -> None:
+    mapping = RemoteWriteMapping(
+        raw_node_exporter=True, extra=((Resource.NETWORK, NET), (Resource.GPU, GPU))
+    )
+    decoded = RemoteWriteReceiver(mapping).map(
+        request(
+            (GPU, {"instance": "n1:9100"}, [(T, 0.5), (T + 15_000, 0.75)]),
+            (CPU, {"instance": "n1:9100"}, [(T, 0.25)]),
+            (NET, {"instance": "n2:9100"}, [(T, 0.125)]),
+            (MEM, {"instance": "n2:9100"}, [(T, 0.5)]),
+            ("node_memory_MemTotal_bytes", {"instance": "n1:9100"}, [(T, 8e9)]),
+            ("DCGM_FI_DEV_GPU_UTIL", {"Hostname": "n1", "gpu": "0"}, [(T, 90.0)]),
+        ),
+        now=T / 1000 + 30,
+    )
+    assert as_dict(decoded.batch) == {
+        ("n1", Resource.CPU): [(T / 1000, 25.0)],
+        ("n1", Resource.GPU): [(T / 1000, 50.0), (T / 1000 + 15, 75.0)],
+        ("n2", Resource.MEMORY): [(T / 1000, 50.0)],
+        ("n2", Resource.NETWORK): [(T / 1000, 12.5)],
+    }
+    assert decoded.counts["unmatched"] == 1  # the raw DCGM series: no rule of ours
+
+
+def test_only_metric_names_are_read_from_pushes() -> None:
+    prom = settings(
+        {
+            "LOADWATCHER_PROMETHEUS_NETWORK_QUERY": NET,
+            "LOADWATCHER_PROMETHEUS_DISK_QUERY": "rate(node_disk_io_time_seconds_total[1m])",
+            "LOADWATCHER_PROMETHEUS_ENERGY_QUERY": CPU,  # the CPU rule's: read once, as CPU
+        }
+    ).sections["prometheus"]
+    taken = RemoteWriteMapping().metrics()
+    # The GPU defaults are expressions: GPU is not read from pushes unless set to a rule.
+    assert extra_metrics(prom, taken) == ((Resource.NETWORK, NET),)
