@@ -21,9 +21,6 @@ from loadwatcher.scoring.pods import Container, Pod
 __all__ = ["Pods", "Trace", "Usage", "scoring_pod"]
 
 KINDS = ("service", "batch", "burst")
-# Kubernetes counts a missing request as 100m / 200Mi in NonZeroRequested.
-NONZERO_CPU = 100
-NONZERO_MEM = 200 * 1024 * 1024
 
 
 class Usage(Protocol):

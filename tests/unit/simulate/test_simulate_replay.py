@@ -127,7 +127,7 @@ def test_the_builtin_trace_is_repeatable_and_every_profile_runs() -> None:
 
 def test_bad_options_are_refused() -> None:
     with pytest.raises(ValueError, match="--stale-share plus --frozen-share"):
-        WatcherOptions(stale_share=0.7, frozen_share=0.5).check()
+        WatcherOptions(stale_share=0.7, frozen_share=0.5)
     with pytest.raises(ValueError, match=r"weight of TLP must be 1\.\.100"):
         profiles.parse_profile("TLP*0")
     with pytest.raises(ValueError, match="is given twice"):
