@@ -17,7 +17,9 @@ metrics).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import gc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -39,6 +41,7 @@ __all__ = ["Decision", "ReplayOptions", "Result", "replay"]
 
 WAITING, DONE, KILLED = -1, -2, -3
 RECENT_S = 120.0  # pods bound this long before the window end are still "recent"
+GC_THRESHOLD = 100_000  # allocations between young collections during a replay
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,20 @@ def _pod_values(pod: Pod) -> IntArray:
     )
 
 
+@contextmanager
+def _rare_collections() -> Iterator[None]:
+    """The cyclic garbage collector run rarely while the block runs. Every poll makes tens of
+    thousands of objects (the watcher document, its metrics, the nodes) that live until the
+    next poll and are freed by reference counting; at the default thresholds they reach
+    the oldest generation and make the collector walk the whole heap every poll or two."""
+    before = gc.get_threshold()
+    gc.set_threshold(max(before[0], GC_THRESHOLD), *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
 def replay(
     spec: ClusterSpec,
     trace: Trace,
@@ -158,7 +175,17 @@ def replay(
 ) -> Result:
     """Run ``profile`` over ``trace`` on ``spec``; the figures of the run. ``observe`` is
     called with every placement decision (slow: it rebuilds the nodes' pod lists)."""
-    options = options or ReplayOptions()
+    with _rare_collections():
+        return _replay(spec, trace, profile, options or ReplayOptions(), observe)
+
+
+def _replay(
+    spec: ClusterSpec,
+    trace: Trace,
+    profile: Profile,
+    options: ReplayOptions,
+    observe: Observer | None,
+) -> Result:
     n = len(spec)
     rows = _Rows(trace)
     sums = _Sums(n)

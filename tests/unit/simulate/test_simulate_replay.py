@@ -134,3 +134,22 @@ def test_bad_options_are_refused() -> None:
         profiles.parse_profile("LeastAllocated+MostAllocated")
     with pytest.raises(ValueError, match="--nodes: expected at least 1"):
         cluster.uniform(0)
+
+
+def test_the_collector_thresholds_are_restored_after_a_replay_even_a_failed_one() -> None:
+    import gc
+
+    before = gc.get_threshold()
+    trace = generator.generate(10, 0.1, seed=1)
+    replay.replay(cluster.uniform(2), trace, profiles.parse_profile("LeastAllocated"))
+    assert gc.get_threshold() == before
+
+    def hostile(decision: replay.Decision) -> None:
+        assert gc.get_threshold()[0] >= replay.GC_THRESHOLD
+        raise RuntimeError("observer failed")
+
+    with pytest.raises(RuntimeError, match="observer failed"):
+        replay.replay(
+            cluster.uniform(2), trace, profiles.parse_profile("LeastAllocated"), None, hostile
+        )
+    assert gc.get_threshold() == before
