@@ -18,6 +18,7 @@ is never taken for ``ok``.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -177,7 +178,7 @@ def build_cluster(
     last_cpu_found = [False] * n
     updated = [end] * n
     stats = {k: ([0.0] * n, [0.0] * n, [False] * n) for k in ("CPU", "Memory")}
-    found: dict[tuple[str, str, str], dict[int, float]] = {}
+    found: defaultdict[tuple[str, str, str], dict[int, float]] = defaultdict(dict)
     quality: list[str] = []
     recent: list[Pod] = []
     recent_node: list[int] = []
@@ -213,11 +214,7 @@ def build_cluster(
         for m in metrics:
             if m.type == "CPU" and m.operator in ("AVG", "Latest"):
                 last_cpu[i], last_cpu_found[i] = m.value, True
-            key = (m.type, m.operator, m.rollup)
-            column = found.get(key)
-            if column is None:
-                column = found[key] = {}
-            column[i] = m.value
+            found[(m.type, m.operator, m.rollup)][i] = m.value
         for kind, (avg, std, valid) in stats.items():
             avg[i], std[i], valid[i] = resource_data(metrics, kind)
         quality.append(node_quality(node, now, stale_after_s))

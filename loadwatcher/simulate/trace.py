@@ -10,12 +10,13 @@ calls with non-decreasing ``t``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Protocol
 
 import numpy as np
 
 from loadwatcher._types import FloatArray, IntArray
-from loadwatcher.quantity import Quantity, parse_quantity
+from loadwatcher.quantity import Quantity
 from loadwatcher.scoring.pods import Container, Pod
 
 __all__ = ["Pods", "Trace", "Usage", "scoring_pod"]
@@ -91,8 +92,9 @@ def scoring_pod(pods: Pods, i: int) -> Pod:
         (requests, pods.req_cpu[i], pods.req_mem[i]),
         (limits, pods.lim_cpu[i], pods.lim_mem[i]),
     ):
+        # The quantities parse_quantity gives for "{cpu}m" and "{mem}", made without parsing.
         if cpu > 0:
-            out["cpu"] = parse_quantity(f"{int(cpu)}m")
+            out["cpu"] = Quantity(Fraction(int(cpu), 1000), f"{int(cpu)}m")
         if mem > 0:
-            out["memory"] = parse_quantity(str(int(mem)))
+            out["memory"] = Quantity(Fraction(int(mem)), str(int(mem)))
     return Pod(pods.names[i], (Container(requests, limits),))

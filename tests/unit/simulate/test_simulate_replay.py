@@ -9,8 +9,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from loadwatcher.scoring.pods import parse_pod
 from loadwatcher.simulate import cluster, generator, jsonl, profiles, replay
+from loadwatcher.simulate.trace import Pods, scoring_pod
 from loadwatcher.simulate.watcher import WatcherOptions
 
 GI = 1024**3
@@ -153,3 +157,36 @@ def test_the_collector_thresholds_are_restored_after_a_replay_even_a_failed_one(
             cluster.uniform(2), trace, profiles.parse_profile("LeastAllocated"), None, hostile
         )
     assert gc.get_threshold() == before
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 10**12), min_size=4, max_size=4))
+def test_a_trace_pod_reads_as_the_same_pod_parsed_from_its_quantities(values: list[int]) -> None:
+    req_cpu, req_mem, lim_cpu, lim_mem = values
+    one = np.array
+    pods = Pods(
+        ("p",),
+        one([0.0]),
+        one([np.inf]),
+        one([req_cpu]),
+        one([req_mem]),
+        one([lim_cpu]),
+        one([lim_mem]),
+        one([0]),
+    )
+    requests = {"cpu": f"{req_cpu}m", "memory": str(req_mem)}
+    limits = {"cpu": f"{lim_cpu}m", "memory": str(lim_mem)}
+    parsed = parse_pod(
+        {
+            "name": "p",
+            "containers": [
+                {
+                    "resources": {
+                        "requests": {k: v for k, v in requests.items() if not v.startswith("0")},
+                        "limits": {k: v for k, v in limits.items() if not v.startswith("0")},
+                    }
+                }
+            ],
+        }
+    )
+    assert scoring_pod(pods, 0) == parsed
