@@ -83,7 +83,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--seed",
         type=COUNT,
         default=1,
-        help="built-in trace and bad-metric nodes (default: %(default)s)",
+        help="built-in trace, bad-metric nodes and ties between nodes (default: %(default)s)",
     )
     extra.add_argument(
         "--node-cpu",
@@ -210,7 +210,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     )
     if args.report is not None and not args.report.endswith((".html", ".htm")):
         raise ValueError(f"--report {args.report!r}: expected a FILE.html")
-    options = replay.ReplayOptions(args.step, 60.0, args.hot_threshold, watcher)
+    options = replay.ReplayOptions(args.step, 60.0, args.hot_threshold, watcher, args.seed)
     trace, spec = _trace_and_cluster(args)
     results: list[Result] = []
     for profile in chosen:

@@ -3,8 +3,11 @@
 The plugins run through ``scoring.profile.score_plugins``, what ``score``'s ``run_plugins`` runs
 (filters first, the KEP's allocation fallback for stale or missing nodes when the profile
 has it). Nodes any filter rejects are out; the others are ranked by Σ weight × score, and
-ties go to the first node in ``score``'s order (by name): kube-scheduler breaks ties at
-random, a replay must be repeatable.
+a tie is broken at random, as kube-scheduler's ``selectHost`` does (its reservoir sampling
+picks each of the top-scored nodes with equal chance), with the replay's seeded generator:
+a replay is repeatable for its seed. Ties are not rare: on nodes of one shape
+NodeResourcesAllocatable gives every node the same score, and taking the first by name
+would make it pack the nodes in name order where kube-scheduler spreads them.
 """
 
 from __future__ import annotations
@@ -34,9 +37,13 @@ def totals(profile: Profile, results: list[PluginScores]) -> IntArray:
     return total
 
 
-def choose(cluster: Cluster, pod: Pod, profile: Profile) -> int | None:
-    """The row of the chosen node, or None when every node is filtered out."""
+def choose(cluster: Cluster, pod: Pod, profile: Profile, rng: np.random.Generator) -> int | None:
+    """The row of the chosen node, or None when every node is filtered out; ``rng`` breaks
+    ties (drawn from only when there is one)."""
     results = score_plugins(cluster, pod, profile.args, fallback_enabled=profile.fallback)
     total = totals(profile, results)
-    best = int(np.argmax(total))
-    return None if total[best] < 0 else best
+    best = int(total.max())
+    if best < 0:
+        return None
+    top = np.flatnonzero(total == best)
+    return int(top[0]) if top.size == 1 else int(top[rng.integers(top.size)])

@@ -52,6 +52,7 @@ class ReplayOptions:
     retry_s: float = 60.0
     hot_threshold_pct: float = 80.0
     watcher: WatcherOptions = field(default_factory=WatcherOptions)
+    seed: int = 1  # breaks ties between top-scored nodes
 
     def __post_init__(self) -> None:
         """ValueError naming the first bad option (a step of a millisecond would run for
@@ -192,6 +193,7 @@ def _replay(
     watcher = Watcher(spec.names, options.watcher, frozenset(extra_windows(profile.args)))
     known = spec.node_inputs()
     recorder = Recorder(spec, trace.hours, options.step_s, options.hot_threshold_pct)
+    rng = np.random.default_rng([options.seed, 13])
     pods: dict[int, Pod] = {}  # by usage source: the scoring view of the pod
     values: dict[int, IntArray] = {}
     queue: list[int] = []  # arrived since the last placement: tried at once
@@ -261,7 +263,7 @@ def _replay(
             if observe is not None and snap is not None:
                 seen = _observer(observe, snap, known, rows, pods, recent, t)
             failed, placed = _place(
-                todo, rows, trace, spec, sums, base, profile, recent, pods, values, t, seen
+                todo, rows, trace, spec, sums, base, profile, rng, recent, pods, values, t, seen
             )
             recent.extend((row, t) for row in placed)
             for row in placed:
@@ -281,6 +283,7 @@ def _place(
     sums: _Sums,
     base: Cluster,
     profile: Profile,
+    rng: np.random.Generator,
     recent: list[tuple[int, float]],
     pods: dict[int, Pod],
     values: dict[int, IntArray],
@@ -314,7 +317,7 @@ def _place(
             continue
         k = len(rec_pods)
         view = _view(base, sums, tuple(rec_pods), rec_node[:k], rec_bound[:k], memo)
-        node = placement.choose(view, pods[src], profile)
+        node = placement.choose(view, pods[src], profile, rng)
         if seen is not None:
             seen(pods[src], view, node, placed)
         if node is None:
