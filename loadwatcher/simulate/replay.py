@@ -131,7 +131,7 @@ _COLUMNS = (
     "nonzero_cpu",
     "nonzero_mem",
 )
-_KUBE_REQ_CPU, _KUBE_REQ_MEM = 4, 5
+_KUBE_REQ_CPU, _KUBE_REQ_MEM = _COLUMNS.index("kube_req_cpu"), _COLUMNS.index("kube_req_mem")
 
 
 def _pod_values(pod: Pod) -> IntArray:
