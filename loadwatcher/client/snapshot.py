@@ -118,17 +118,26 @@ def parse_metric(raw: Mapping[str, Any], default_rollup: str = "") -> Metric:
     """A metric from either format (KEP: ``rollup`` is the operator); ValueError if unusable."""
     kind = raw.get("type")
     value = raw.get("value")
+    operator = raw.get("operator")
+    rollup = raw.get("rollup", "")
+    name = raw.get("name", "")
+    if (
+        type(value) is float
+        and type(kind) is str
+        and type(operator) is str
+        and type(rollup) is str
+        and type(name) is str
+    ):  # a default-format metric as a loadwatcher writes it: none of the checks below fails
+        kind = _TYPES.get(kind.lower(), kind)
+        return Metric(kind, operator, value, name, rollup or default_rollup)
     if not isinstance(kind, str):
         raise ValueError(f"metric type must be a string, got {kind!r}")
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"metric value must be a number, got {value!r}")
-    rollup = raw.get("rollup", "")
-    operator = raw.get("operator")
     if operator is None and isinstance(rollup, str) and rollup.upper() in _KEP_OPERATORS:
         operator, rollup = _KEP_OPERATORS[rollup.upper()], default_rollup
     if not isinstance(operator, str) or not isinstance(rollup, str):
         raise ValueError(f"metric operator and rollup must be strings in {dict(raw)!r}")
-    name = raw.get("name", "")
     return Metric(
         _TYPES.get(kind.lower(), kind),
         operator,
@@ -187,7 +196,7 @@ def parse_snapshot(doc: Any, *, fmt: str | None = None, validate: bool = True) -
         raw_nodes: Any = data["NodeMetricsMap"] if fmt == "default" else data  # type: ignore[index]
         nodes: dict[str, NodeMetrics] = {}
         for name, raw in (raw_nodes or {}).items():
-            metrics = tuple(parse_metric(m, duration) for m in raw.get("metrics") or ())
+            metrics = tuple([parse_metric(m, duration) for m in raw.get("metrics") or ()])
             nodes[name] = NodeMetrics(
                 name, metrics, dict(raw.get("tags") or {}), dict(raw.get("metadata") or {})
             )

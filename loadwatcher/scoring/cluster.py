@@ -18,6 +18,7 @@ is never taken for ``ok``.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -127,17 +128,20 @@ class Cluster:
         """``fn`` of every recently bound pod, aligned with ``recent_node``; memoised by
         ``key`` (these values do not depend on the pod being placed).
 
-        Clusters may share one ``memo`` when each one's ``recent_pods`` extends the
-        previous one's (a replay placing pods one after another): the values of the pods
-        already seen are kept and only the new pods' are computed."""
-        done: FloatArray | None = self.memo.get(key)
-        n = len(self.recent_pods)
-        if done is None or done.shape[0] > n:
-            done = np.array([fn(p) for p in self.recent_pods], dtype=np.float64)
-        elif done.shape[0] < n:
-            new = [fn(p) for p in self.recent_pods[done.shape[0] :]]
-            done = np.concatenate([done, np.array(new, dtype=np.float64)])
-        self.memo[key] = done
+        Clusters may share one ``memo`` (a replay placing pods one after another): the
+        values a previous call computed are kept for the pods this Cluster's
+        ``recent_pods`` starts with, when it starts with the same pods, and only the
+        others' are computed; otherwise every value is computed anew."""
+        pods = self.recent_pods
+        seen: tuple[tuple[Pod, ...], FloatArray] | None = self.memo.get(key)
+        if seen is not None and len(seen[0]) <= len(pods) and pods[: len(seen[0])] == seen[0]:
+            done = seen[1]
+            if done.shape[0] < len(pods):
+                new = [fn(p) for p in pods[done.shape[0] :]]
+                done = np.concatenate([done, np.array(new, dtype=np.float64)])
+        else:
+            done = np.array([fn(p) for p in pods], dtype=np.float64)
+        self.memo[key] = (pods, done)
         return done
 
 
@@ -174,7 +178,7 @@ def build_cluster(
     last_cpu_found = [False] * n
     updated = [end] * n
     stats = {k: ([0.0] * n, [0.0] * n, [False] * n) for k in ("CPU", "Memory")}
-    found: dict[tuple[str, str, str], dict[int, float]] = {}
+    found: defaultdict[tuple[str, str, str], dict[int, float]] = defaultdict(dict)
     quality: list[str] = []
     recent: list[Pod] = []
     recent_node: list[int] = []
@@ -210,11 +214,7 @@ def build_cluster(
         for m in metrics:
             if m.type == "CPU" and m.operator in ("AVG", "Latest"):
                 last_cpu[i], last_cpu_found[i] = m.value, True
-            key = (m.type, m.operator, m.rollup)
-            column = found.get(key)
-            if column is None:
-                column = found[key] = {}
-            column[i] = m.value
+            found[(m.type, m.operator, m.rollup)][i] = m.value
         for kind, (avg, std, valid) in stats.items():
             avg[i], std[i], valid[i] = resource_data(metrics, kind)
         quality.append(node_quality(node, now, stale_after_s))

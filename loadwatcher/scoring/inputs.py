@@ -34,6 +34,7 @@ __all__ = [
     "read_nodes",
     "read_plugin_args",
     "read_pod",
+    "read_raw_plugin_args",
     "read_snapshot",
     "with_windows",
 ]
@@ -116,18 +117,24 @@ def read_nodes(
     return None
 
 
+def read_raw_plugin_args(args_path: str | None) -> dict[str, Any]:
+    """The args file's mapping of plugin name (canonical) to upstream-style args, not yet
+    parsed; empty without a file."""
+    if args_path is None:
+        return {}
+    doc = read_document(args_path)
+    if not isinstance(doc, Mapping):
+        raise ValueError(f"args file {args_path!r}: expected a mapping of plugin name to args")
+    return {canonical_name(str(k)): v for k, v in doc.items()}
+
+
 def read_plugin_args(names: list[str] | None, args_path: str | None) -> dict[str, Any]:
     """Typed args for the chosen plugins (all when none chosen) from an optional file.
 
     The file maps plugin names (any accepted spelling) to upstream-style args.
     """
     chosen = [canonical_name(n) for n in names] if names else list(registry.default_names())
-    given: dict[str, Any] = {}
-    if args_path is not None:
-        doc = read_document(args_path)
-        if not isinstance(doc, Mapping):
-            raise ValueError(f"args file {args_path!r}: expected a mapping of plugin name to args")
-        given = {canonical_name(str(k)): v for k, v in doc.items()}
+    given = read_raw_plugin_args(args_path)
     return {name: parse_plugin_args(name, given.get(name)) for name in dict.fromkeys(chosen)}
 
 

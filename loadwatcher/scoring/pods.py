@@ -153,38 +153,34 @@ class Pod:
 
     def kube_requests(self, nonzero: bool) -> Resources:
         """Kubernetes ``PodRequests`` of cpu (millicores) and memory (bytes), as the default
-        scheduler counts them: exact sums, ``max`` with each init container, overhead added,
-        then ``MilliValue``/``Value``. With ``nonzero`` a container that does not *list* cpu
-        or memory counts 100m / 200Mi (``NonMissingContainerRequests``; an explicit zero
-        stays zero), as ``NodeInfo.NonZeroRequested`` and NodeResourcesFit's score do."""
+        scheduler counts them: ``k8s_sums`` of the requests, then ``MilliValue``/``Value``.
+        With ``nonzero`` a container that does not *list* cpu or memory counts 100m / 200Mi
+        (``NonMissingContainerRequests``; an explicit zero stays zero), as
+        ``NodeInfo.NonZeroRequested`` and NodeResourcesFit's score do."""
         key = ("kube_requests", nonzero)
         if key not in self.memo:
-            totals = [Fraction(0), Fraction(0)]
-            for init, containers in ((False, self.containers), (True, self.init_containers)):
-                for c in containers:
-                    for i, name in enumerate(("cpu", "memory")):
-                        q = c.requests.get(name)
-                        value = q.exact if q is not None else Fraction(0)
-                        if q is None and nonzero:
-                            value = _NONZERO_DEFAULTS[i]
-                        totals[i] = max(totals[i], value) if init else totals[i] + value
-            for i, name in enumerate(("cpu", "memory")):
-                if name in self.overhead:
-                    totals[i] += self.overhead[name].exact
-            cpu, mem = Quantity(totals[0], ""), Quantity(totals[1], "")
+            sums = self.k8s_sums(False, nonzero=nonzero)
+            cpu = Quantity(sums.get("cpu", Fraction(0)), "")
+            mem = Quantity(sums.get("memory", Fraction(0)), "")
             self.memo[key] = Resources(cpu.milli_value(), mem.value())
         result: Resources = self.memo[key]
         return result
 
-    def k8s_sums(self, limits: bool) -> dict[str, Fraction]:
-        """Kubernetes ``PodRequests``/``PodLimits``: exact sums, init max, overhead."""
+    def k8s_sums(self, limits: bool, *, nonzero: bool = False) -> dict[str, Fraction]:
+        """Kubernetes ``PodRequests``/``PodLimits``: exact sums, init max, overhead. With
+        ``nonzero`` (requests only) a container that does not list cpu or memory counts
+        100m / 200Mi for it."""
         out: dict[str, Fraction] = {}
-        for c in self.containers:
-            for name, q in (c.limits if limits else c.requests).items():
-                out[name] = out.get(name, Fraction(0)) + q.exact
-        for c in self.init_containers:
-            for name, q in (c.limits if limits else c.requests).items():
-                out[name] = max(out.get(name, Fraction(0)), q.exact)
+        for init, containers in ((False, self.containers), (True, self.init_containers)):
+            for c in containers:
+                listed = c.limits if limits else c.requests
+                values = {name: q.exact for name, q in listed.items()}
+                if nonzero:
+                    for name, default in zip(("cpu", "memory"), _NONZERO_DEFAULTS, strict=True):
+                        values.setdefault(name, default)
+                for name, value in values.items():
+                    before = out.get(name, Fraction(0))
+                    out[name] = max(before, value) if init else before + value
         for name, q in self.overhead.items():
             if not limits or name in out:
                 out[name] = out.get(name, Fraction(0)) + q.exact

@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from loadwatcher._types import BoolArray, IntArray
 from loadwatcher.scoring import fallback, registry
 from loadwatcher.scoring.cluster import Cluster
 from loadwatcher.scoring.common import BatchScores
 from loadwatcher.scoring.pods import Pod
 
-__all__ = ["PluginResult", "rank", "run_plugins"]
+__all__ = ["PluginResult", "PluginScores", "rank", "run_plugins", "score_plugins"]
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,24 @@ class PluginResult:
     invalid: frozenset[str] = frozenset()
 
 
-def run_plugins(
+@dataclass(frozen=True, eq=False)
+class PluginScores:
+    """One plugin's answer in the Cluster's row order, as ``PluginResult`` gives it by node
+    name: ``filtered`` maps a row to the Filter's reason; ``fallback`` marks the rows scored
+    by allocation, ``valid`` those whose upstream score would have been finite."""
+
+    plugin: str
+    scores: IntArray
+    filtered: dict[int, str]
+    fallback: BoolArray
+    valid: BoolArray
+
+
+def score_plugins(
     cluster: Cluster, pod: Pod, plugin_args: Mapping[str, Any], *, fallback_enabled: bool = False
-) -> list[PluginResult]:
-    """Run each plugin named in ``plugin_args`` (upstream name -> typed args) in one profile."""
+) -> list[PluginScores]:
+    """Run each plugin named in ``plugin_args`` (upstream name -> typed args) in one profile;
+    the answers as arrays (``run_plugins`` names them by node)."""
     chosen = [registry.get(name) for name in plugin_args]
     keep = np.ones(len(cluster), dtype=np.bool_)
     batches: dict[str, BatchScores] = {}
@@ -59,7 +74,7 @@ def run_plugins(
     for plugin in chosen:
         name = plugin.name
         batch = batches.get(name) or plugin.score(cluster, pod, plugin_args[name], keep)
-        scores, valid = batch.scores.copy(), batch.valid.copy()
+        scores, valid = batch.scores, batch.valid
         used_fallback = np.zeros(len(cluster), dtype=np.bool_)
         if (
             stale is not None
@@ -69,18 +84,26 @@ def run_plugins(
         ):
             used_fallback = stale
             scores = np.where(stale, alloc_scores.scores, scores)
-            valid |= stale
-        node_names = cluster.names
-        results.append(
-            PluginResult(
-                name,
-                dict(zip(node_names, scores.tolist(), strict=True)),
-                {node_names[i]: reason for i, reason in sorted(batch.filtered.items())},
-                frozenset(node_names[i] for i in np.flatnonzero(used_fallback)),
-                frozenset(node_names[i] for i in np.flatnonzero(~valid)),
-            )
-        )
+            valid = valid | stale
+        results.append(PluginScores(name, scores, batch.filtered, used_fallback, valid))
     return results
+
+
+def run_plugins(
+    cluster: Cluster, pod: Pod, plugin_args: Mapping[str, Any], *, fallback_enabled: bool = False
+) -> list[PluginResult]:
+    """Run each plugin named in ``plugin_args`` (upstream name -> typed args) in one profile."""
+    names = cluster.names
+    return [
+        PluginResult(
+            s.plugin,
+            dict(zip(names, s.scores.tolist(), strict=True)),
+            {names[i]: reason for i, reason in sorted(s.filtered.items())},
+            frozenset(names[i] for i in np.flatnonzero(s.fallback)),
+            frozenset(names[i] for i in np.flatnonzero(~s.valid)),
+        )
+        for s in score_plugins(cluster, pod, plugin_args, fallback_enabled=fallback_enabled)
+    ]
 
 
 def rank(results: Sequence[PluginResult], names: Sequence[str]) -> list[tuple[str, int | None]]:

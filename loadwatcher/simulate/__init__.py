@@ -10,6 +10,7 @@ time. Modules, one job each:
 - ``generator``  the built-in seeded trace (services with daily cycles, batch jobs, bursts)
 - ``jsonl``      the project's own trace format (JSON lines)
 - ``alibaba``    a streaming reader of Alibaba cluster-trace-v2018 files
+- ``spill``      usage samples in a temporary SQLite file, read back a step at a time
 - ``watcher``    the load watcher in the loop: scrape, reporting lag, poll, bad metrics
 - ``profiles``   scheduling profiles: plugins, weights, args
 - ``placement``  one pod placed as kube-scheduler does (filter, then weighted scores)

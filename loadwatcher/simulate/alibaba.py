@@ -4,8 +4,11 @@ a header, columns as in the trace's ``schema.md``).
 
 The subset: the first ``machines`` machines of ``machine_meta`` (in file order) and the
 containers that ``container_meta`` puts on them, over the first ``hours`` of the trace
-(default: until the last usage sample read). Each file is read once, line by line; only
-the rows of the subset are kept, so memory follows the subset, not the files.
+(default: until the last usage sample read). Each file is read once, line by line. The
+subset's containers are kept in memory; their usage samples (``container_usage`` is not
+promised to be sorted by time) go to a temporary on-disk SQLite database (``spill``) that
+the replay reads back one step at a time: memory follows the subset's containers and one
+step's samples, not the hours chosen.
 
 Units and the assumptions this reader makes where the schema is silent:
 
@@ -30,8 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from loadwatcher.simulate import series
 from loadwatcher.simulate.cluster import ClusterSpec
+from loadwatcher.simulate.spill import Spill
 from loadwatcher.simulate.trace import Pods, Trace
 
 __all__ = ["read"]
@@ -102,7 +105,7 @@ def read(directory: str, machines: int, hours: float | None) -> tuple[Trace, Clu
     if not meta:
         raise ValueError(f"{directory}: no container on the first {machines} machines")
     index = {cid: i for i, cid in enumerate(meta)}
-    samples: list[list[tuple[float, float, float]]] = [[] for _ in meta]
+    spill = Spill(len(meta))
     last = 0.0
     for number, row in _rows(root / FILES[2], 5):
         i = index.get(row[0])
@@ -116,14 +119,12 @@ def read(directory: str, machines: int, hours: float | None) -> tuple[Trace, Clu
         if not (math.isfinite(cpu_pct) and math.isfinite(mem_pct)):
             continue  # the trace has empty cells: a sample not taken
         _, req, _, mem = meta[row[0]]
-        samples[i].append((t, max(cpu_pct, 0.0) / 100 * req, max(mem_pct, 0.0) / 100 * mem))
+        spill.add(i, t, max(cpu_pct, 0.0) / 100 * req, max(mem_pct, 0.0) / 100 * mem)
         last = max(last, t)
     end = horizon if math.isfinite(horizon) else max(last, 3600.0)
     ids = list(meta)
     arrival = np.array([meta[c][0] for c in ids])
-    finish = np.array(
-        [max((s[0] for s in samples[i]), default=arrival[i]) for i in range(len(ids))]
-    )
+    finish = np.where(np.isfinite(spill.last_t), spill.last_t, arrival)
     duration = np.where(finish >= end - END_SLACK_S, np.inf, np.maximum(finish - arrival, 60.0))
     order = np.argsort(arrival, kind="stable")
     pods = Pods(
@@ -137,8 +138,7 @@ def read(directory: str, machines: int, hours: float | None) -> tuple[Trace, Clu
         np.zeros(len(ids), dtype=np.int64),
     )
     pods.check()
-    usage = series.from_lists([samples[i] for i in order])
-    return Trace(pods, usage, end / 3600, f"alibaba-v2018 {directory}"), spec
+    return Trace(pods, spill.usage(order), end / 3600, f"alibaba-v2018 {directory}"), spec
 
 
 def _machines(path: Path, machines: int) -> ClusterSpec:

@@ -12,10 +12,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from loadwatcher.scoring import registry
 from loadwatcher.scoring.cli.options import COUNT, NUMBER, POSITIVE_SECONDS, guarded, print_json
 from loadwatcher.scoring.cli.table import print_columns
-from loadwatcher.scoring.inputs import read_document
+from loadwatcher.scoring.inputs import read_raw_plugin_args
 from loadwatcher.simulate import cluster, generator, jsonl, profiles, replay
 from loadwatcher.simulate.results import Result
 from loadwatcher.simulate.trace import Trace
@@ -84,7 +83,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--seed",
         type=COUNT,
         default=1,
-        help="built-in trace and bad-metric nodes (default: %(default)s)",
+        help="built-in trace, bad-metric nodes and ties between nodes (default: %(default)s)",
     )
     extra.add_argument(
         "--node-cpu",
@@ -162,15 +161,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.set_defaults(func=guarded("simulate", run_simulate))
 
 
-def _raw_args(path: str | None) -> dict[str, Any]:
-    if path is None:
-        return {}
-    doc = read_document(path)
-    if not isinstance(doc, Mapping):
-        raise ValueError(f"args file {path!r}: expected a mapping of plugin name to args")
-    return {registry.canonical_name(str(k)): v for k, v in doc.items()}
-
-
 def _trace_and_cluster(args: argparse.Namespace) -> tuple[Trace, cluster.ClusterSpec]:
     fmt = args.trace_format or (
         "builtin"
@@ -202,7 +192,7 @@ def _trace_and_cluster(args: argparse.Namespace) -> tuple[Trace, cluster.Cluster
 
 def run_simulate(args: argparse.Namespace) -> int:
     """``loadwatcher simulate``."""
-    raw = _raw_args(args.args_file)
+    raw = read_raw_plugin_args(args.args_file)
     chosen = [
         profiles.parse_profile(s, raw, fallback=not args.upstream_exact)
         for s in (args.profile or profiles.DEFAULT_PROFILES)
@@ -218,11 +208,9 @@ def run_simulate(args: argparse.Namespace) -> int:
         args.bad_from,
         args.seed,
     )
-    watcher.check()
     if args.report is not None and not args.report.endswith((".html", ".htm")):
         raise ValueError(f"--report {args.report!r}: expected a FILE.html")
-    options = replay.ReplayOptions(args.step, 60.0, args.hot_threshold, watcher)
-    options.check()
+    options = replay.ReplayOptions(args.step, 60.0, args.hot_threshold, watcher, args.seed)
     trace, spec = _trace_and_cluster(args)
     results: list[Result] = []
     for profile in chosen:

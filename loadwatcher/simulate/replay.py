@@ -17,7 +17,9 @@ metrics).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import gc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -32,13 +34,14 @@ from loadwatcher.simulate import placement
 from loadwatcher.simulate.cluster import ClusterSpec
 from loadwatcher.simulate.profiles import Profile
 from loadwatcher.simulate.results import Recorder, Result
-from loadwatcher.simulate.trace import NONZERO_CPU, NONZERO_MEM, Trace, scoring_pod
+from loadwatcher.simulate.trace import Trace, scoring_pod
 from loadwatcher.simulate.watcher import EPOCH, Watcher, WatcherOptions
 
 __all__ = ["Decision", "ReplayOptions", "Result", "replay"]
 
 WAITING, DONE, KILLED = -1, -2, -3
 RECENT_S = 120.0  # pods bound this long before the window end are still "recent"
+GC_THRESHOLD = 100_000  # allocations between young collections during a replay
 
 
 @dataclass(frozen=True)
@@ -49,17 +52,18 @@ class ReplayOptions:
     retry_s: float = 60.0
     hot_threshold_pct: float = 80.0
     watcher: WatcherOptions = field(default_factory=WatcherOptions)
+    seed: int = 1  # breaks ties between top-scored nodes
 
-    def check(self) -> None:
+    def __post_init__(self) -> None:
         """ValueError naming the first bad option (a step of a millisecond would run for
-        ever; the scrape and poll intervals are counted in whole steps)."""
+        ever; the scrape and poll intervals are counted in whole steps). The watcher's own
+        options were checked when they were made."""
         if not 1 <= self.step_s <= 600:
             raise ValueError(f"--step: expected 1..600 seconds, got {self.step_s:g}")
         if not 0 <= self.hot_threshold_pct <= 100:
             raise ValueError(f"--hot-threshold: expected 0..100 %, got {self.hot_threshold_pct:g}")
         if self.watcher.scrape_interval_s < self.step_s:
             raise ValueError("--scrape-interval must not be shorter than --step")
-        self.watcher.check()
 
 
 @dataclass(frozen=True)
@@ -107,14 +111,14 @@ class _Rows:
 
 
 class _Sums:
-    """Per node sums of the requests of the pods on it (the scheduler's cache)."""
+    """Per node sums of the requests of the pods on it (the scheduler's cache): row k of
+    ``cols`` is the Cluster column ``_COLUMNS[k]``."""
 
     def __init__(self, n: int) -> None:
-        self.cols = {k: np.zeros(n, dtype=np.int64) for k in _COLUMNS}
+        self.cols = np.zeros((len(_COLUMNS), n), dtype=np.int64)
 
-    def add(self, node: int, values: dict[str, int], sign: int) -> None:
-        for k, v in values.items():
-            self.cols[k][node] += sign * v
+    def add(self, node: int, values: IntArray, sign: int) -> None:
+        self.cols[:, node] += sign * values
 
 
 _COLUMNS = (
@@ -127,21 +131,40 @@ _COLUMNS = (
     "nonzero_cpu",
     "nonzero_mem",
 )
+_KUBE_REQ_CPU, _KUBE_REQ_MEM = _COLUMNS.index("kube_req_cpu"), _COLUMNS.index("kube_req_mem")
 
 
-def _pod_values(trace: Trace, src: int) -> dict[str, int]:
-    p = trace.pods
-    rc, rm, lc, lm = (int(x[src]) for x in (p.req_cpu, p.req_mem, p.lim_cpu, p.lim_mem))
-    return {
-        "pods_req_cpu": rc,
-        "pods_req_mem": rm,
-        "pods_lim_cpu": max(lc, rc),
-        "pods_lim_mem": max(lm, rm),
-        "kube_req_cpu": rc,
-        "kube_req_mem": rm,
-        "nonzero_cpu": rc if rc > 0 else NONZERO_CPU,
-        "nonzero_mem": rm if rm > 0 else NONZERO_MEM,
-    }
+def _pod_values(pod: Pod) -> IntArray:
+    """The pod's part of each ``_COLUMNS`` sum, as ``build_cluster`` counts a pod on a node."""
+    req, lim = pod.requests_and_limits
+    kube, nonzero = pod.kube_requests(False), pod.kube_requests(True)
+    return np.array(
+        [
+            req.milli_cpu,
+            req.memory,
+            lim.milli_cpu,
+            lim.memory,
+            kube.milli_cpu,
+            kube.memory,
+            nonzero.milli_cpu,
+            nonzero.memory,
+        ],
+        dtype=np.int64,
+    )
+
+
+@contextmanager
+def _rare_collections() -> Iterator[None]:
+    """The cyclic garbage collector run rarely while the block runs. Every poll makes tens of
+    thousands of objects (the watcher document, its metrics, the nodes) that live until the
+    next poll and are freed by reference counting; at the default thresholds they reach
+    the oldest generation and make the collector walk the whole heap every poll or two."""
+    before = gc.get_threshold()
+    gc.set_threshold(max(before[0], GC_THRESHOLD), *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 def replay(
@@ -153,16 +176,26 @@ def replay(
 ) -> Result:
     """Run ``profile`` over ``trace`` on ``spec``; the figures of the run. ``observe`` is
     called with every placement decision (slow: it rebuilds the nodes' pod lists)."""
-    options = options or ReplayOptions()
-    options.check()
+    with _rare_collections():
+        return _replay(spec, trace, profile, options or ReplayOptions(), observe)
+
+
+def _replay(
+    spec: ClusterSpec,
+    trace: Trace,
+    profile: Profile,
+    options: ReplayOptions,
+    observe: Observer | None,
+) -> Result:
     n = len(spec)
     rows = _Rows(trace)
     sums = _Sums(n)
     watcher = Watcher(spec.names, options.watcher, frozenset(extra_windows(profile.args)))
     known = spec.node_inputs()
     recorder = Recorder(spec, trace.hours, options.step_s, options.hot_threshold_pct)
+    rng = np.random.default_rng([options.seed, 13])
     pods: dict[int, Pod] = {}  # by usage source: the scoring view of the pod
-    values: dict[int, dict[str, int]] = {}
+    values: dict[int, IntArray] = {}
     queue: list[int] = []  # arrived since the last placement: tried at once
     waiting: list[int] = []  # tried and not placed: tried again at ``retry_at``
     recent: list[tuple[int, float]] = []  # (row, bound at, simulated seconds)
@@ -230,7 +263,7 @@ def replay(
             if observe is not None and snap is not None:
                 seen = _observer(observe, snap, known, rows, pods, recent, t)
             failed, placed = _place(
-                todo, rows, trace, spec, sums, base, profile, recent, pods, values, t, seen
+                todo, rows, trace, spec, sums, base, profile, rng, recent, pods, values, t, seen
             )
             recent.extend((row, t) for row in placed)
             for row in placed:
@@ -250,9 +283,10 @@ def _place(
     sums: _Sums,
     base: Cluster,
     profile: Profile,
+    rng: np.random.Generator,
     recent: list[tuple[int, float]],
     pods: dict[int, Pod],
-    values: dict[int, dict[str, int]],
+    values: dict[int, IntArray],
     t: float,
     seen: Callable[[Pod, Cluster, int | None, list[int]], None] | None = None,
 ) -> tuple[list[int], list[int]]:
@@ -261,7 +295,8 @@ def _place(
     placed: list[int] = []
     bound = [(r, b) for r, b in recent if rows.node[r] >= 0]
     # The recently bound pods, growing as this step places more: the views share one memo
-    # (``Cluster.per_recent_pod`` keeps the values of the pods it has seen).
+    # (``Cluster.per_recent_pod`` keeps the values of the pods it has seen, when they come
+    # first in the next view's list, as they do here).
     capacity = len(bound) + len(queue)
     rec_pods = [pods[int(rows.src[r])] for r, _ in bound]
     rec_node = np.zeros(capacity, dtype=np.int64)
@@ -273,16 +308,16 @@ def _place(
         src = int(rows.src[row])
         if src not in pods:
             pods[src] = scoring_pod(trace.pods, src)
-            values[src] = _pod_values(trace, src)
+            values[src] = _pod_values(pods[src])
         v = values[src]
-        free_cpu = spec.alloc_cpu - sums.cols["kube_req_cpu"]
-        free_mem = spec.alloc_mem - sums.cols["kube_req_mem"]
-        if not bool(((v["kube_req_cpu"] <= free_cpu) & (v["kube_req_mem"] <= free_mem)).any()):
+        free_cpu = spec.alloc_cpu - sums.cols[_KUBE_REQ_CPU]
+        free_mem = spec.alloc_mem - sums.cols[_KUBE_REQ_MEM]
+        if not bool(((v[_KUBE_REQ_CPU] <= free_cpu) & (v[_KUBE_REQ_MEM] <= free_mem)).any()):
             waiting.append(row)  # no node holds its requests: the Fit filter rejects all
             continue
         k = len(rec_pods)
         view = _view(base, sums, tuple(rec_pods), rec_node[:k], rec_bound[:k], memo)
-        node = placement.choose(view, pods[src], profile)
+        node = placement.choose(view, pods[src], profile, rng)
         if seen is not None:
             seen(pods[src], view, node, placed)
         if node is None:
@@ -305,20 +340,21 @@ def _view(
     memo: dict[object, object],
 ) -> Cluster:
     """``base`` (the last poll's metrics) with the requests and recent pods of now."""
+    c = sums.cols  # rows in the order of _COLUMNS
     return replace(
         base,
         recent_pods=recent_pods,
         recent_node=recent_node,
         recent_bound=recent_bound,
         memo=memo,
-        pods_req_cpu=sums.cols["pods_req_cpu"],
-        pods_req_mem=sums.cols["pods_req_mem"],
-        pods_lim_cpu=sums.cols["pods_lim_cpu"],
-        pods_lim_mem=sums.cols["pods_lim_mem"],
-        kube_req_cpu=sums.cols["kube_req_cpu"],
-        kube_req_mem=sums.cols["kube_req_mem"],
-        nonzero_cpu=sums.cols["nonzero_cpu"],
-        nonzero_mem=sums.cols["nonzero_mem"],
+        pods_req_cpu=c[0],
+        pods_req_mem=c[1],
+        pods_lim_cpu=c[2],
+        pods_lim_mem=c[3],
+        kube_req_cpu=c[4],
+        kube_req_mem=c[5],
+        nonzero_cpu=c[6],
+        nonzero_mem=c[7],
     )
 
 

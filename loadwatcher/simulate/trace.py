@@ -10,20 +10,18 @@ calls with non-decreasing ``t``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Protocol
 
 import numpy as np
 
 from loadwatcher._types import FloatArray, IntArray
-from loadwatcher.quantity import Quantity, parse_quantity
+from loadwatcher.quantity import Quantity
 from loadwatcher.scoring.pods import Container, Pod
 
 __all__ = ["Pods", "Trace", "Usage", "scoring_pod"]
 
 KINDS = ("service", "batch", "burst")
-# Kubernetes counts a missing request as 100m / 200Mi in NonZeroRequested.
-NONZERO_CPU = 100
-NONZERO_MEM = 200 * 1024 * 1024
 
 
 class Usage(Protocol):
@@ -94,8 +92,9 @@ def scoring_pod(pods: Pods, i: int) -> Pod:
         (requests, pods.req_cpu[i], pods.req_mem[i]),
         (limits, pods.lim_cpu[i], pods.lim_mem[i]),
     ):
+        # The quantities parse_quantity gives for "{cpu}m" and "{mem}", made without parsing.
         if cpu > 0:
-            out["cpu"] = parse_quantity(f"{int(cpu)}m")
+            out["cpu"] = Quantity(Fraction(int(cpu), 1000), f"{int(cpu)}m")
         if mem > 0:
-            out["memory"] = parse_quantity(str(int(mem)))
+            out["memory"] = Quantity(Fraction(int(mem)), str(int(mem)))
     return Pod(pods.names[i], (Container(requests, limits),))

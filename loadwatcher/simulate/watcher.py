@@ -54,8 +54,8 @@ class WatcherOptions:
     seed: int = 1
     exact_wire: bool = False
 
-    def check(self) -> None:
-        """ValueError naming the first bad option."""
+    def __post_init__(self) -> None:
+        """ValueError naming the first bad option: options are checked once, when made."""
         for name in ("scrape_interval_s", "poll_interval_s"):
             value = getattr(self, name)
             if not 1 <= value <= 3600:
@@ -86,7 +86,6 @@ class Watcher:
     def __init__(
         self, names: tuple[str, ...], options: WatcherOptions, windows: frozenset[str] = frozenset()
     ) -> None:
-        options.check()
         self.names = names
         self.windows = windows  # rollup windows read besides the main one (LoadAware: 5m)
         self.options = options

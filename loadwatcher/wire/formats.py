@@ -45,13 +45,14 @@ def document(snap: Snapshot, window: str, fmt: Format, only: str | None = None) 
     if only is not None:
         rows = [i for i in rows if snap.keys[sids[i]][0] == only]
     ops = stats.operators
-    columns = {op: stats.values[op].tolist() for op in ops}
-    ordered = sorted(
-        rows, key=lambda i: (snap.keys[sids[i]][0], _RESOURCE_ORDER[snap.keys[sids[i]][1]])
-    )
+    # Each operator's name and column, once: the loop below runs for every series.
+    columns = [(str(op), stats.values[op].tolist()) for op in ops]
+    keys = [snap.keys[sid] for sid in sids]
+    ordered = sorted(rows, key=lambda i: (keys[i][0], _RESOURCE_ORDER[keys[i][1]]))
+    default = fmt is Format.DEFAULT
     nodes: dict[str, dict[str, Any]] = {}
     for i in ordered:
-        node, resource = snap.keys[sids[i]]
+        node, resource = keys[i]
         entry = nodes.get(node)
         if entry is None:
             entry = nodes[node] = {
@@ -60,29 +61,28 @@ def document(snap: Snapshot, window: str, fmt: Format, only: str | None = None) 
                 "metadata": {"dataCenter": "", **snap.node_info.get(node, {})},
             }
         name = snap.metric_names.get(resource, str(resource))
-        metrics = entry["metrics"]
-        if fmt is Format.DEFAULT:
+        if default:
             wire_type = resource.wire_type
-            for op in ops:
-                metrics.append(
+            entry["metrics"].extend(
+                [
                     {
                         "name": name,
                         "type": wire_type,
-                        "operator": str(op),
+                        "operator": op,
                         "rollup": window,
-                        "value": columns[op][i],
+                        "value": column[i],
                     }
-                )
+                    for op, column in columns
+                ]
+            )
         else:
-            for op in ops:
-                metrics.append(
-                    {
-                        "name": name,
-                        "type": str(resource),
-                        "rollup": str(op),
-                        "value": columns[op][i],
-                    }
-                )
+            kind = str(resource)
+            entry["metrics"].extend(
+                [
+                    {"name": name, "type": kind, "rollup": op, "value": column[i]}
+                    for op, column in columns
+                ]
+            )
     data: dict[str, Any] = {"NodeMetricsMap": nodes} if fmt is Format.DEFAULT else nodes
     return {
         "timestamp": int(snap.taken_at),

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loadwatcher.client import (
     InvalidSnapshotError,
@@ -22,10 +24,12 @@ from loadwatcher.client import (
     check_age,
     fetch_snapshot,
     load_snapshot,
+    parse_metric,
     parse_snapshot,
 )
 from loadwatcher.errors import ClientError
 from tests.support.backends import serving_json
+from tests.support.fuzzing import examples
 
 NOW = 1_700_000_000
 
@@ -263,3 +267,28 @@ def test_sync_wrapper() -> None:
     with serving_json(json.dumps(default_doc()).encode()) as url:
         snap = fetch_snapshot(url, max_age_s=None)
         assert "node-1" in snap.nodes
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    st.sampled_from(["CPU", "Memory", "cpu", "memory", "Energy", "other"]),
+    st.sampled_from(["AVG", "Latest", "STD", "P95", "made-up"]),
+    st.sampled_from(["15m", "5m", ""]),
+    st.sampled_from(["instance:node_cpu:ratio", ""]),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+def test_a_metric_as_a_loadwatcher_writes_it_reads_as_any_other_spelling_of_it(
+    kind: str, operator: str, rollup: str, name: str, value: float
+) -> None:
+    """The short way for the usual metric (all strings, a float value) gives what the checked
+    way gives for the same metric spelled otherwise (the value a float subclass)."""
+
+    class Number(float):
+        pass
+
+    raw = {"name": name, "type": kind, "operator": operator, "rollup": rollup, "value": value}
+    usual = parse_metric(raw, "10m")
+    other = parse_metric({**raw, "value": Number(value)}, "10m")
+    assert usual == other
+    assert type(usual.value) is float and type(other.value) is float
+    assert usual.rollup == (rollup or "10m")

@@ -8,12 +8,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadwatcher.scoring import registry
 from loadwatcher.scoring.cases import run_case
 from loadwatcher.scoring.plugins import balancedallocation, resourcefit
+from tests.support.fuzzing import examples
 from tests.support.scoring_support import params, present, reference_or_empty
 
 TABLES = reference_or_empty("kube-noderesources.json")
@@ -155,3 +156,22 @@ def test_a_shared_memo_computes_only_the_recent_pods_it_has_not_seen() -> None:
     # A shorter list than the memo holds is computed afresh, never sliced from it.
     short = replace(base, recent_pods=tuple(pods[:1]), memo=memo)
     assert short.per_recent_pod("key", milli).tolist() == [100.0]
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(st.lists(st.lists(st.integers(0, 5), max_size=6), min_size=1, max_size=6))
+def test_a_shared_memo_never_gives_another_lists_values(lists: list[list[int]]) -> None:
+    """Views sharing one memo in any order — a list that does not extend the last one, one
+    of the same length with other pods, a shorter one — each get the values of a fresh
+    computation: the memo checks that the pods it kept values for are the view's first."""
+    from dataclasses import replace
+
+    from tests.support.scoring_support import cluster, node, pod
+
+    pool = [pod({"cpu": f"{100 * (i + 1)}m"}) for i in range(6)]
+    base = cluster(node("a"))
+    memo: dict[Any, Any] = {}
+    for picks in lists:
+        view = replace(base, recent_pods=tuple(pool[i] for i in picks), memo=memo)
+        got = view.per_recent_pod("key", lambda p: float(p.requested.milli_cpu))
+        assert got.tolist() == [100.0 * (i + 1) for i in picks]

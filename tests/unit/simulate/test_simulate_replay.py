@@ -9,9 +9,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from loadwatcher.scoring.pods import parse_pod
 from loadwatcher.simulate import cluster, generator, jsonl, profiles, replay
+from loadwatcher.simulate.trace import Pods, scoring_pod
 from loadwatcher.simulate.watcher import WatcherOptions
+from tests.support.fuzzing import examples
 
 GI = 1024**3
 
@@ -127,10 +132,62 @@ def test_the_builtin_trace_is_repeatable_and_every_profile_runs() -> None:
 
 def test_bad_options_are_refused() -> None:
     with pytest.raises(ValueError, match="--stale-share plus --frozen-share"):
-        WatcherOptions(stale_share=0.7, frozen_share=0.5).check()
+        WatcherOptions(stale_share=0.7, frozen_share=0.5)
     with pytest.raises(ValueError, match=r"weight of TLP must be 1\.\.100"):
         profiles.parse_profile("TLP*0")
     with pytest.raises(ValueError, match="is given twice"):
         profiles.parse_profile("LeastAllocated+MostAllocated")
     with pytest.raises(ValueError, match="--nodes: expected at least 1"):
         cluster.uniform(0)
+
+
+def test_the_collector_thresholds_are_restored_after_a_replay_even_a_failed_one() -> None:
+    import gc
+
+    before = gc.get_threshold()
+    trace = generator.generate(10, 0.1, seed=1)
+    replay.replay(cluster.uniform(2), trace, profiles.parse_profile("LeastAllocated"))
+    assert gc.get_threshold() == before
+
+    def hostile(decision: replay.Decision) -> None:
+        assert gc.get_threshold()[0] >= replay.GC_THRESHOLD
+        raise RuntimeError("observer failed")
+
+    with pytest.raises(RuntimeError, match="observer failed"):
+        replay.replay(
+            cluster.uniform(2), trace, profiles.parse_profile("LeastAllocated"), None, hostile
+        )
+    assert gc.get_threshold() == before
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(st.lists(st.integers(0, 10**12), min_size=4, max_size=4))
+def test_a_trace_pod_reads_as_the_same_pod_parsed_from_its_quantities(values: list[int]) -> None:
+    req_cpu, req_mem, lim_cpu, lim_mem = values
+    one = np.array
+    pods = Pods(
+        ("p",),
+        one([0.0]),
+        one([np.inf]),
+        one([req_cpu]),
+        one([req_mem]),
+        one([lim_cpu]),
+        one([lim_mem]),
+        one([0]),
+    )
+    requests = {"cpu": f"{req_cpu}m", "memory": str(req_mem)}
+    limits = {"cpu": f"{lim_cpu}m", "memory": str(lim_mem)}
+    parsed = parse_pod(
+        {
+            "name": "p",
+            "containers": [
+                {
+                    "resources": {
+                        "requests": {k: v for k, v in requests.items() if not v.startswith("0")},
+                        "limits": {k: v for k, v in limits.items() if not v.startswith("0")},
+                    }
+                }
+            ],
+        }
+    )
+    assert scoring_pod(pods, 0) == parsed
