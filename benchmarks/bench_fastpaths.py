@@ -85,6 +85,12 @@ def plain_encode(snap: Any, window: str, fmt: Any, only: str | None = None) -> b
     return formats.encode(doc)
 
 
+def plain_encode_parts(snap: Any, window: str, fmt: Any, only: str | None = None) -> Any:
+    """``encode_parts`` (what publishing calls) as its plain twin: the one-part body."""
+    body = plain_encode(snap, window, fmt, only)
+    return None if body is None else [body]
+
+
 class Switch:
     """Puts a dispatcher where the engine calls each fast path: it runs the fast function
     or its plain twin (as ``plain`` says) and adds up the thread CPU time each took."""
@@ -101,7 +107,10 @@ class Switch:
             self._swap(provider, "parse_answer", "answer", plain_answer)
         if present("encode"):
             self._swap(
-                importlib.import_module(PATHS["encode"][3]), "encode", "encode", plain_encode
+                importlib.import_module(PATHS["encode"][3]),
+                "encode_parts",
+                "encode",
+                plain_encode_parts,
             )
 
     def _swap(self, module: Any, attr: str, path: str, plain: Callable[..., Any]) -> None:
@@ -154,7 +163,7 @@ def _same_body(snap: Any) -> None:
         return
     fastencode = importlib.import_module(PATHS["encode"][3])
     window = formats.pick_window(snap, None)
-    fast = fastencode.encode(snap, window, formats.Format.DEFAULT)
+    fast = b"".join(fastencode.encode_parts(snap, window, formats.Format.DEFAULT))
     if fast != plain_encode(snap, window, formats.Format.DEFAULT):
         raise RuntimeError("fastencode and formats.document give different bodies")
 

@@ -1,23 +1,10 @@
 #!/usr/bin/env python3
-"""Benchmark: the query API against a real Prometheus holding the same samples.
+"""The PromQL query API against a real Prometheus holding the same samples.
 
     python benchmarks/bench_promql.py [--nodes 5000] [--repeat 10] [--out FILE]
 
-Every node's CPU and memory ratios every 15 s for 15 minutes go into a real Prometheus
-(TSDB blocks by ``promtool tsdb create-blocks-from openmetrics``); the service polls it
-(``provider.name: prometheus``, a separate process), so both hold the same raw samples.
-Then the same questions, interleaved, one request at a time over HTTP from this process
-(wall time of the whole answer, body read), ``--repeat`` times each:
-
-- the descheduler's query, every node: the service's rollup series
-  ``loadwatcher_node_cpu_utilisation_ratio{window="5m", operator="avg"}`` against the same
-  numbers from Prometheus, ``avg_over_time(instance:node_cpu:ratio[5m])``;
-- the same PromQL on both: ``avg_over_time(...[5m])``, a ``topk`` of ``max_over_time``, a
-  15-minute range of ``avg(...)``, and a Grafana-like 15-minute range of 10 nodes' raw series.
-
-The service publishes a new snapshot every poll (15 s), and the first query of the rollups
-after it builds their series: the maximum of the first row includes that. Writes its
-block of ``--out`` (benchmarks/RESULTS.md).
+The same questions to both, one request at a time, interleaved (the queries: ``rows``
+below; method: RESULTS.md). Writes the ``promql`` block of ``--out``.
 """
 
 from __future__ import annotations

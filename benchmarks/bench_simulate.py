@@ -1,11 +1,6 @@
-"""Benchmark: ``loadwatcher simulate`` at 1,000 nodes and 20,000 pods over 24 hours.
-
-Run ``python benchmarks/bench_simulate.py [--nodes 1000] [--pods 20000] [--hours 24]
-[--profile TargetLoadPacking]``. One replay of the built-in trace (seed 1) with the load
-watcher in the loop at its defaults (15 s steps and scrapes, 60 s polls, 30 s lag); prints
-the wall time, the process's CPU time and peak RSS, the time per simulated hour, and writes
-its block of ``--out`` (benchmarks/RESULTS.md).
-"""
+"""``loadwatcher simulate`` at 1,000 nodes and 20,000 pods over 24 hours: CPU, wall time,
+peak RSS. ``python benchmarks/bench_simulate.py [--nodes N] [--pods N] [--hours H]
+[--profile P] [--out RESULTS.md]`` writes the ``simulate`` block of ``--out``."""
 
 from __future__ import annotations
 

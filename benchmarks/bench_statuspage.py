@@ -1,17 +1,10 @@
-"""Benchmark: render the status page (``GET /``) at 1,000 and 5,000 nodes.
+"""The status page's rendering (``GET /``) at 1,000 and 5,000 nodes.
 
-Run ``python benchmarks/bench_statuspage.py [--nodes 1000 5000] [--repeat 15] [--out FILE]``.
-It fills a real ``SampleStore`` with 15 minutes of samples every 15 s for every node's CPU
-and memory (a few nodes stale, frozen or sparse, so the analyser tags them), builds the
-snapshot the engine would (``analysis.analyse``, ``snapshot.build``), then times the page's
-whole rendering (``statuspage.rendered``: rows, sort, the charts' buckets, the HTML) for:
+    python benchmarks/bench_statuspage.py [--nodes 1000 5000] [--repeat 15] [--out FILE]
 
-- the default list (problem nodes first, 100 rows with sparklines);
-- the list sorted ``-cpu`` with 1,000 rows (the largest page ``?limit=`` allows);
-- one node's own view (``?node=``).
-
-It reports the median and p90 wall time, the page's size, plain and gzip-compressed, and
-writes its block of ``--out`` (benchmarks/RESULTS.md).
+A real ``SampleStore`` of 15 minutes of every node's CPU and memory (some nodes stale,
+frozen or sparse), its snapshot, and ``statuspage.rendered`` timed for three views.
+Writes the ``statuspage`` block of ``--out``.
 """
 
 from __future__ import annotations

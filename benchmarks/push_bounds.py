@@ -2,20 +2,11 @@
 """The push receiver's memory under hostile writers: RSS of the real service.
 
     python benchmarks/push_bounds.py           # ~3 min on a 2-core machine
-    python benchmarks/push_bounds.py --quick   # a smoke run (< 1 min), not a measurement
+    python benchmarks/push_bounds.py --quick   # a tenth of each load, not a measurement
 
-Each load goes to a fresh ``python -m loadwatcher serve`` with ``provider.name: push``
-(no journal), measured by its PID (``/proc/PID/status``: VmRSS, VmHWM) after it answers
-its first ``/readyz`` and after the load; the generator (this process) builds each body
-just before sending it and honours ``Retry-After``:
-
-1. **label sets**: 60 remote-write requests of 1,000 CPU rule series, each with a unique
-   15 KB label set and no node label (every sample discarded as ``no_node``);
-2. **clusters**: 2.4 M distinct ``cluster`` values (HA deduplication on), 48 requests of
-   50,000 series, one node;
-3. **node names**: 5,000 new node names a second, both rule series each, for 60 s.
-
-Writes its block of ``--out`` (benchmarks/RESULTS.md) and prints the table.
+Each load (``LOADS``) goes to a fresh push service, its RSS read from /proc before and
+after; bodies are built just before they are sent, and ``Retry-After`` is honoured.
+Writes the ``push-bounds`` block of ``--out``.
 """
 
 from __future__ import annotations

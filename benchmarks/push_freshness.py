@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
-from backends import Server, openmetrics_text, start_prometheus
-from bench_common import free_port, progress, tail
+import bench_prom
+from backends import Server
+from bench_common import progress, tail
 from bench_process import Service
 from push_common import (
     PACE_SAMPLES_PER_S,
@@ -45,7 +46,6 @@ from push_common import (
     send_paced,
     sleep_until,
 )
-from synth import node_history, node_names
 
 PUSH_PROBE_S = 0.02
 SLOW_PROBE_S = 0.1
@@ -288,20 +288,6 @@ class PollRun:
     window: Window = field(default_factory=Window)
 
 
-def seed_prometheus(workdir: Path, nodes: int, step: float, future_s: float) -> tuple[Server, str]:
-    """A real Prometheus holding ``nodes`` nodes' two rule series every ``step`` seconds, from
-    the retention before now to ``future_s`` after it (a query at ``t`` returns the samples
-    up to ``t``: they "arrive" as the clock passes them). Returns it and a node's name."""
-    anchor = math.floor(time.time() / step) * step
-    end = anchor + math.ceil(future_s / step) * step
-    span = math.ceil((RETENTION_S + 60) / step) * step + (end - anchor)
-    history = node_history(nodes, end, span_s=span, step_s=step)
-    text = openmetrics_text(history)
-    name = min(node_names(history))
-    del history
-    return start_prometheus(workdir, text), name
-
-
 async def poll_freshness(
     service: Service, prom: Server, probe_node: str, run: PollRun, step: float
 ) -> None:
@@ -355,14 +341,11 @@ def polling_reference(workdir: Path, args: argparse.Namespace) -> PollRun:
     nodes = args.poll_nodes
     run = PollRun(nodes, step, args.polls)
     progress(f"polling reference: seeding Prometheus with {nodes:,} nodes (promtool backfill)")
-    began = time.monotonic()
-    prom, probe_node = seed_prometheus(
-        workdir / "prom-poll", nodes, step, (args.polls + 6) * step + 120
-    )
-    run.seed_s = time.monotonic() - began
-    service = Service(
-        workdir / "poll", workdir / "poll" / "journal.db", prom.url, free_port(), step, "poll"
-    )
+    future_s = (args.polls + 6) * step + 120
+    seeded = bench_prom.seed(workdir / "prom-poll", nodes, RETENTION_S + 60, future_s, step)
+    prom, probe_node, run.seed_s = seeded.server, min(seeded.node_names), seeded.seed_s
+    service = Service(workdir / "poll", workdir / "poll" / "journal.db", prom.url)
+    service.poll_interval_s, service.name = step, "poll"
     try:
         progress(f"polling reference: seeded in {run.seed_s:.1f} s; the service's cold start")
         service.start()
