@@ -1,29 +1,7 @@
-"""Poll cycle and journal: the service's full cycle against a bare HTTP client, in-process.
-
-The service side is the real ``Engine`` built from settings (``app.build_engine``) with a
-journal on a temporary file, driven by ``Engine.cycle(now)``: fetch, parse, store, rollups,
-analysis, render, journal. The reference sends the very requests the cycle sent (recorded
-on the way out: same URL, same parameters, same ``Accept`` header), concurrently as the
-provider does, with a plain ``aiohttp`` client, reads every body and throws it away. Both
-talk to the same Prometheus, one right after the other, in alternating order.
-
-- cold start: a fresh engine and journal, one cycle that backfills the retention (17 min);
-  besides the whole cycle, the time until ``engine.current`` first holds every node (the
-  engine may publish early, before the cycle ends), against the Go load-watcher's own four
-  15-minute queries sent one after another (``GO_QUERIES``);
-- steady state: one engine after its cold start, ``now`` advanced by 15 s per cycle, each
-  cycle fetching what is new plus the provider's overlap.
-
-Each cycle's CPU is the process's (``time.process_time``: every thread) over the cycle, and
-over the idle work it leaves (the WAL fold), awaited right after it; nothing else of the
-harness runs meanwhile (the references run before or after, never beside it).
-
-Phase times come from timing wrappers put around the module functions and instance methods
-the engine calls (this harness only; nothing in ``loadwatcher/`` is changed). A phase whose
-function is not found is simply not reported. A phase's CPU: for the functions run in
-worker threads, that thread's CPU clock; for the async ones (fetch, journal write), the
-process's CPU over their span less what the thread phases running beside them used then.
-"""
+"""The poll cycle in process (``app.build_engine``, ``Engine.cycle(now)``) against a bare
+HTTP client replaying its requests and against the Go load-watcher's queries: cold starts,
+steady cycles, their CPU and, through timing wrappers put around what the engine calls
+(nothing in ``loadwatcher/`` changes), each phase's time and CPU. Method: RESULTS.md."""
 
 from __future__ import annotations
 

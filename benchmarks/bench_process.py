@@ -1,13 +1,8 @@
-"""The real service as a process: start it, wait for all nodes, memory, CPU, start times.
-
-The service is started exactly as a user would (``python -m loadwatcher serve``) with the
-Go load-watcher environment variables ``METRICS_PROVIDER_NAME=Prometheus`` and
-``METRICS_PROVIDER_ADDRESS``, on a free loopback port, its output in a log file.
-"""
+"""The real service as a process (``python -m loadwatcher serve``, the Go load-watcher's
+environment variables, a free loopback port, a log file): its memory, CPU and start times."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import statistics
 import subprocess
@@ -25,9 +20,11 @@ from bench_common import (
     memory_kib,
     progress,
     serve_argv,
+    service_env,
     spawn,
     stop,
     tail,
+    wait_http,
 )
 
 POLL_S = 0.01
@@ -58,13 +55,15 @@ class Service:
     """One ``loadwatcher serve`` process on 127.0.0.1."""
 
     workdir: Path
-    db: Path
+    db: Path | str
     prom_url: str
-    port: int
+    port: int = field(default_factory=free_port)
     poll_interval_s: float = 15.0
     name: str = "service"
     plain_responses: bool = False
     """Answer with aiohttp's ``web.Response`` only (no prepared responses)."""
+    provider: str = "Prometheus"
+    env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     spawned_at: float = 0.0
 
@@ -72,19 +71,14 @@ class Service:
     def log_path(self) -> Path:
         return self.workdir / f"{self.name}.log"
 
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
     def start(self) -> Service:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("LOADWATCHER_", "METRICS_PROVIDER_"))
-        }
-        env.update(
-            {
-                "METRICS_PROVIDER_NAME": "Prometheus",
-                "METRICS_PROVIDER_ADDRESS": self.prom_url,
-                "PYTHONPATH": str(REPO),
-            }
-        )
+        env = service_env(METRICS_PROVIDER_NAME=self.provider, **self.env)
+        if self.prom_url:
+            env["METRICS_PROVIDER_ADDRESS"] = self.prom_url
         argv = serve_argv(self.port, self.db, self.poll_interval_s)
         if self.plain_responses:
             assert argv[1:3] == ["-m", "loadwatcher"], argv
@@ -95,6 +89,16 @@ class Service:
 
     def stop(self) -> int | None:
         return stop(self.proc)
+
+    def ready(self, timeout_s: float = 60.0) -> Service:
+        wait_http(self.port, "/healthz", self.log_path, timeout_s)
+        return self
+
+    def stopped_cleanly(self) -> None:
+        """Stop it; raise ServiceError with its log unless it exited 0."""
+        code = self.stop()
+        if code != 0:
+            raise ServiceError(f"{self.name} exited with {code}:\n{tail(self.log_path)}")
 
     @property
     def pid(self) -> int:
@@ -260,18 +264,15 @@ def memory(
     The journal it leaves behind (stopped cleanly, WAL checkpointed) is ``db``.
     """
 
-    service = Service(workdir, db, prom_url, free_port(), poll_interval_s, name="memory")
+    service = Service(workdir, db, prom_url, poll_interval_s=poll_interval_s, name="memory")
     try:
-        service.start()
-        first = service.wait_all_nodes(nodes, timeout_s=180)
+        first = service.start().wait_all_nodes(nodes, timeout_s=180)
         progress(f"  service has all {nodes} nodes {first:.1f} s after start")
         polls = service.watch_polls(cycles, timeout_s=60 + cycles * (poll_interval_s + 30))
         mem = memory_kib(service.pid)
         health_ms = service.health_cost_ms(polls[-1].taken_at)
     finally:
-        code = service.stop()
-    if code != 0:
-        raise ServiceError(f"service exited with {code}:\n{tail(service.log_path)}")
+        service.stopped_cleanly()
     last_half = polls[len(polls) // 2 :]
     result = MemoryResult(
         nodes,
@@ -296,43 +297,50 @@ def memory(
 
 
 @dataclass
-class ColdStartResult:
+class StartResult:
     nodes: int
     seconds: list[float] = field(default_factory=list)
-
-
-def cold_start(workdir: Path, prom_url: str, nodes: int, runs: int) -> ColdStartResult:
-    """Process start -> first 200 on /watcher with all ``nodes``, each run on a journal path
-    that does not exist yet (Prometheus up)."""
-    result = ColdStartResult(nodes)
-    workdir.mkdir(parents=True, exist_ok=True)
-    for run in range(runs):
-        db = workdir / f"cold-{run}.db"
-        service = Service(workdir, db, prom_url, free_port(), name="cold")
-        try:
-            service.start()
-            seconds = service.wait_all_nodes(nodes, timeout_s=120)
-        finally:
-            code = service.stop()
-        if code != 0:
-            raise ServiceError(f"service exited with {code}:\n{tail(service.log_path)}")
-        result.seconds.append(seconds)
-        progress(
-            f"  cold start {run + 1}/{runs}: first 200 with all {nodes} nodes in {seconds:.3f} s"
-        )
-        for suffix in ("", "-wal", "-shm"):
-            Path(str(db) + suffix).unlink(missing_ok=True)
-    return result
-
-
-@dataclass
-class RestartResult:
-    nodes: int
-    seconds: list[float] = field(default_factory=list)
-    rss_kib: list[int] = field(default_factory=list)
     import_seconds: list[float] = field(default_factory=list)
     """Interpreter start + ``import loadwatcher.cli, loadwatcher.app`` + exit."""
     import_rss_kib: int = 0
+
+
+def _starts(
+    workdir: Path, prom_url: str, nodes: int, runs: int, journal: Path | None, name: str
+) -> StartResult:
+    """Process start -> first 200 on /watcher with all ``nodes``, ``runs`` times: each on a
+    fresh copy of ``journal`` and its WAL (page cache warm), or on a path that does not
+    exist yet."""
+    result = StartResult(nodes)
+    workdir.mkdir(parents=True, exist_ok=True)
+    for run in range(runs):
+        db = workdir / f"{name}-{run}.db"
+        if journal is not None:
+            shutil.copyfile(journal, db)
+            if Path(f"{journal}-wal").exists():
+                shutil.copyfile(f"{journal}-wal", f"{db}-wal")
+        service = Service(workdir, db, prom_url, name=name)
+        try:
+            seconds = service.start().wait_all_nodes(nodes, timeout_s=120)
+        finally:
+            service.stopped_cleanly()
+        result.seconds.append(seconds)
+        progress(f"  {name} {run + 1}/{runs}: first 200 with all {nodes} nodes in {seconds:.3f} s")
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+    return result
+
+
+def cold_start(workdir: Path, prom_url: str, nodes: int, runs: int) -> StartResult:
+    """Starts on an empty journal, Prometheus up."""
+    return _starts(workdir, prom_url, nodes, runs, None, "cold")
+
+
+def restart(workdir: Path, dead_prom_url: str, nodes: int, journal: Path, runs: int) -> StartResult:
+    """Restarts from ``journal``, the provider down; and what importing the service costs."""
+    result = _starts(workdir, dead_prom_url, nodes, runs, journal, "restart")
+    result.import_seconds, result.import_rss_kib = import_cost(runs)
+    return result
 
 
 _IMPORT_PROBE = (
@@ -343,20 +351,12 @@ _IMPORT_PROBE = (
 
 def import_cost(runs: int) -> tuple[list[float], int]:
     """Seconds for a fresh interpreter to import the service, and the RSS that leaves (KiB)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     seconds: list[float] = []
     rss = 0
     for _ in range(runs):
         began = time.monotonic()
-        done = subprocess.run(
-            [sys.executable, "-c", _IMPORT_PROBE],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=REPO,
-            timeout=60,
-            check=True,
-        )
+        argv = [sys.executable, "-c", _IMPORT_PROBE]
+        done = subprocess.run(argv, capture_output=True, text=True, env=service_env(), timeout=60)
         seconds.append(time.monotonic() - began)
         rss = int(done.stdout.split()[-1])
     return seconds, rss
@@ -368,47 +368,12 @@ def crashed_journal(workdir: Path, prom_url: str, nodes: int, clean: Path) -> Pa
     workdir.mkdir(parents=True, exist_ok=True)
     db = workdir / "crashed.db"
     shutil.copyfile(clean, db)
-    service = Service(workdir, db, prom_url, free_port(), name="crash")
+    service = Service(workdir, db, prom_url, name="crash")
     try:
-        service.start()
-        service.wait_all_nodes(nodes, timeout_s=120)
+        service.start().wait_all_nodes(nodes, timeout_s=120)
         service.wait_cycles(1, timeout_s=120)
     finally:
         if service.proc is not None:
             service.proc.kill()
             service.proc.wait(timeout=30)
     return db
-
-
-def restart(
-    workdir: Path, dead_prom_url: str, nodes: int, journal: Path, runs: int
-) -> RestartResult:
-    """Process start → first 200 with all ``nodes`` from ``journal``, provider down.
-
-    Each run starts from a fresh copy of the same journal file and its WAL, if it has one
-    (page cache warm).
-    """
-
-    result = RestartResult(nodes)
-    workdir.mkdir(parents=True, exist_ok=True)
-    for run in range(runs):
-        db = workdir / f"restart-{run}.db"
-        shutil.copyfile(journal, db)
-        wal = Path(str(journal) + "-wal")
-        if wal.exists():
-            shutil.copyfile(wal, str(db) + "-wal")
-        service = Service(workdir, db, dead_prom_url, free_port(), name="restart")
-        try:
-            service.start()
-            seconds = service.wait_all_nodes(nodes, timeout_s=60)
-            result.rss_kib.append(memory_kib(service.pid)["VmRSS"])
-        finally:
-            code = service.stop()
-        if code != 0:
-            raise ServiceError(f"service exited with {code}:\n{tail(service.log_path)}")
-        result.seconds.append(seconds)
-        progress(f"  restart {run + 1}/{runs}: first 200 with all {nodes} nodes in {seconds:.3f} s")
-        for suffix in ("", "-wal", "-shm"):
-            Path(str(db) + suffix).unlink(missing_ok=True)
-    result.import_seconds, result.import_rss_kib = import_cost(runs)
-    return result

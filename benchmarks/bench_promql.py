@@ -1,23 +1,10 @@
 #!/usr/bin/env python3
-"""Benchmark: the query API against a real Prometheus holding the same samples.
+"""The PromQL query API against a real Prometheus holding the same samples.
 
     python benchmarks/bench_promql.py [--nodes 5000] [--repeat 10] [--out FILE]
 
-Every node's CPU and memory ratios every 15 s for 15 minutes go into a real Prometheus
-(TSDB blocks by ``promtool tsdb create-blocks-from openmetrics``); the service polls it
-(``provider.name: prometheus``, a separate process), so both hold the same raw samples.
-Then the same questions, interleaved, one request at a time over HTTP from this process
-(wall time of the whole answer, body read), ``--repeat`` times each:
-
-- the descheduler's query, every node: the service's rollup series
-  ``loadwatcher_node_cpu_utilisation_ratio{window="5m", operator="avg"}`` against the same
-  numbers from Prometheus, ``avg_over_time(instance:node_cpu:ratio[5m])``;
-- the same PromQL on both: ``avg_over_time(...[5m])``, a ``topk`` of ``max_over_time``, a
-  15-minute range of ``avg(...)``, and a Grafana-like 15-minute range of 10 nodes' raw series.
-
-The service publishes a new snapshot every poll (15 s), and the first query of the rollups
-after it builds their series: the maximum of the first row includes that. Writes its
-section of ``--out`` (benchmarks/RESULTS.md, between its markers).
+The same questions to both, one request at a time, interleaved (the queries: ``rows``
+below; method: RESULTS.md). Writes the ``promql`` block of ``--out``.
 """
 
 from __future__ import annotations
@@ -26,25 +13,21 @@ import argparse
 import http.client
 import json
 import math
-import os
-import platform
-import re
 import statistics
 import sys
 import tempfile
 import time
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
-import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_common as common
+import numpy as np
+from bench_common import HERE, Run, machine, require_tools, table, write_block
+from bench_process import Service
 
 from tests.support.backends import openmetrics_text, start_prometheus
 
-HERE = Path(__file__).resolve().parent
-SECTION_START, SECTION_END = "<!-- promql:start -->", "<!-- promql:end -->"
 CPU, MEM = "instance:node_cpu:ratio", "instance:node_memory_utilisation:ratio"
 ROLLUP = 'loadwatcher_node_cpu_utilisation_ratio{window="5m", operator="avg"}'
 
@@ -64,7 +47,7 @@ def fleet(nodes: int, end: int) -> list[tuple[str, dict[str, str], list[tuple[fl
     return out
 
 
-def ask(port: int, path: str, params: dict[str, str]) -> tuple[float, int, dict]:
+def ask(port: int, path: str, params: dict[str, str]) -> tuple[float, int, Any]:
     """Seconds for the whole answer, its size, and its JSON."""
     body = urllib.parse.urlencode(params)
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -106,23 +89,16 @@ def main(argv: list[str]) -> int:
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
     args = p.parse_args(argv)
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    load_before = common.load_average()
+    run = Run.begin("bench_promql.py", argv)
+    facts = machine(require_tools(["prometheus"]))
     end = math.floor(time.time()) - 1
     with tempfile.TemporaryDirectory(prefix="bench-promql-") as tmp:
         work = Path(tmp)
         common.progress(f"seeding Prometheus with {args.nodes} nodes x 2 series x 61 samples")
         prom = start_prometheus(work / "prometheus", openmetrics_text(fleet(args.nodes, end)))
-        service = None
+        service = Service(work, "", prom.url, provider="prometheus")
         try:
-            port = common.free_port()
-            env = {
-                **os.environ,
-                "METRICS_PROVIDER_NAME": "prometheus",
-                "METRICS_PROVIDER_ADDRESS": prom.url,
-            }
-            argv_ = common.serve_argv(port, "", 15.0)
-            service = common.spawn(argv_, work / "service.log", env)
+            port = service.start().port
             common.progress("waiting for the service's first full snapshot")
             wait_full(port, args.nodes)
             prom_port = int(prom.url.rsplit(":", 1)[1])
@@ -170,7 +146,7 @@ def main(argv: list[str]) -> int:
                     None,
                 ),
             ]
-            lines = []
+            lines: list[list[str]] = []
             for label, ours, theirs in rows:
                 theirs = theirs or ours
                 mine, ref = [], []
@@ -183,73 +159,27 @@ def main(argv: list[str]) -> int:
                     size = (n1, n2)
                     time.sleep(0.5)
                 a, b = statistics.median(mine), statistics.median(ref)
-                line = (
-                    f"| {args.nodes:,} | {label} | {a * 1000:.1f} ms ({min(mine) * 1000:.1f}–"
-                    f"{max(mine) * 1000:.1f}, n={len(mine)}), {size[0] / 1024:,.0f} kB"
-                    f" | {b * 1000:.1f} ms ({min(ref) * 1000:.1f}–{max(ref) * 1000:.1f}), "
-                    f"{size[1] / 1024:,.0f} kB | {a / b:.2f}× |"
-                )
-                common.progress(line)
+                line = [
+                    f"{args.nodes:,}",
+                    label,
+                    f"{common.spread([t * 1000 for t in mine])}, {size[0] / 1024:,.0f} kB",
+                    f"{common.spread([t * 1000 for t in ref])}, {size[1] / 1024:,.0f} kB",
+                    f"{a / b:.2f}×",
+                ]
+                common.progress(" | ".join(line))
                 lines.append(line)
             rss_after = common.memory_kib(service.pid)["VmRSS"]
             time.sleep(35.0)  # two polls: the sets of the last snapshot are let go
             rss_idle = common.memory_kib(service.pid)["VmRSS"]
-            lines.append(
-                f"| {args.nodes:,} | the service's resident memory: before the first query → "
-                f"after these → 35 s (two polls) later | {rss_before / 1024:.0f} MB → "
-                f"{rss_after / 1024:.0f} MB → {rss_idle / 1024:.0f} MB | | |"
-            )
+            what = "the service's resident memory: before the first query → after these → 35 s"
+            rss = " → ".join(f"{kib / 1024:.0f} MB" for kib in (rss_before, rss_after, rss_idle))
+            lines.append([f"{args.nodes:,}", f"{what} (two polls) later", rss, "", ""])
         finally:
-            common.stop(service)
+            service.stop()
             prom.stop()
-    load_after = common.load_average()
-    section = "\n".join(
-        [
-            SECTION_START,
-            "## PromQL query API against Prometheus",
-            "",
-            f"Command: `python benchmarks/bench_promql.py --nodes {args.nodes} --repeat "
-            f"{args.repeat}` — started {started}; {platform.machine()}, {os.cpu_count()} "
-            f"cores; Python {platform.python_version()}; {prom_version()}; load average "
-            f"before {load_before}, after {load_after}.",
-            "",
-            "Every node's CPU and memory ratios every 15 s for 15 minutes in a real "
-            "Prometheus; the service polls it, so both hold the same raw samples. One "
-            "request at a time, interleaved, wall time of the whole answer from this process "
-            "(median, min–max); the body size. The service publishes a snapshot every 15 s "
-            "and the first query of the rollups after it builds their series (in the "
-            "first row's maximum). One run on a shared machine: the load average shows how "
-            "busy it was.",
-            "",
-            "| nodes | query | loadwatcher | Prometheus (same run) | ratio |",
-            "|---|---|---|---|---|",
-            *lines,
-            SECTION_END,
-        ]
-    )
-    write_section(args.out, section)
+    head = "nodes | query | loadwatcher | Prometheus (same run) | ratio"
+    write_block(args.out, "promql", [*run.table(facts), "", *table(head, lines)])
     return 0
-
-
-def prom_version() -> str:
-    import subprocess
-
-    done = subprocess.run(
-        ["prometheus", "--version"], capture_output=True, text=True, timeout=10, check=False
-    )
-    first = (done.stdout or done.stderr).splitlines()[:1]
-    match = re.search(r"version (\S+)", first[0]) if first else None
-    return f"Prometheus {match.group(1)}" if match else "Prometheus"
-
-
-def write_section(out: Path, text: str) -> None:
-    old = out.read_text(encoding="utf-8") if out.exists() else ""
-    pattern = re.escape(SECTION_START) + r".*?" + re.escape(SECTION_END)
-    if re.search(pattern, old, re.S):
-        new = re.sub(pattern, lambda _: text, old, count=1, flags=re.S)
-    else:
-        new = (old.rstrip("\n") + "\n\n" if old else "") + text
-    out.write_text(new.rstrip("\n") + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,5 @@
-"""Serving: ``GET /watcher`` on the real service against nginx serving the same bytes.
-
-The service runs as a process polling Prometheus; once it lists every node, its plain and
-gzip bodies and headers are saved and nginx (the Debian package, started here on its own
-loopback port with a minimal config) serves them as a static file: ``default_type`` the
-service's ``Content-Type``, the service's ``ETag`` (the gzip one for gzip requests),
-``Vary`` and ``Cache-Control``, ``gzip_static on`` with a pre-compressed ``.gz`` file,
-``sendfile``, no access log. Then ``wrk --latency`` runs against both, alternating, in the
-same run on the same machine.
-"""
+"""``GET /watcher`` on the real service under ``wrk`` against nginx serving its very bytes
+and headers (saved once it lists every node), alternating. Method: RESULTS.md."""
 
 from __future__ import annotations
 

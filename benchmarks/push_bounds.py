@@ -2,29 +2,18 @@
 """The push receiver's memory under hostile writers: RSS of the real service.
 
     python benchmarks/push_bounds.py           # ~3 min on a 2-core machine
-    python benchmarks/push_bounds.py --quick   # a smoke run (< 1 min), not a measurement
+    python benchmarks/push_bounds.py --quick   # a tenth of each load, not a measurement
 
-Each load goes to a fresh ``python -m loadwatcher serve`` with ``provider.name: push``
-(no journal), measured by its PID (``/proc/PID/status``: VmRSS, VmHWM) after it answers
-its first ``/readyz`` and after the load; the generator (this process) builds each body
-just before sending it and honours ``Retry-After``:
-
-1. **label sets**: 60 remote-write requests of 1,000 CPU rule series, each with a unique
-   15 KB label set and no node label (every sample discarded as ``no_node``);
-2. **clusters**: 2.4 M distinct ``cluster`` values (HA deduplication on), 48 requests of
-   50,000 series, one node;
-3. **node names**: 5,000 new node names a second, both rule series each, for 60 s.
-
-Writes its section of ``--out`` (benchmarks/RESULTS.md, between its markers) and prints
-the table.
+Each load (``LOADS``) goes to a fresh push service, its RSS read from /proc before and
+after; bodies are built just before they are sent, and ``Retry-After`` is honoured.
+Writes the ``push-bounds`` block of ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
-import os
+import json
 import struct
 import sys
 import tempfile
@@ -35,26 +24,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench_common import (
-    REPO,
-    free_port,
+    HERE,
+    Run,
     http_get,
-    load_average,
+    machine,
     memory_kib,
     progress,
-    serve_argv,
     setup_paths,
-    spawn,
-    stop,
+    table,
+    write_block,
 )
 
 setup_paths()
 
 import aiohttp  # noqa: E402
 import cramjam  # noqa: E402
+from bench_process import Service  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
-SECTION_START = "<!-- push-bounds:start -->"
-SECTION_END = "<!-- push-bounds:end -->"
 CPU = b"instance:node_cpu:ratio"
 MEM = b"instance:node_memory_utilisation:ratio"
 
@@ -154,17 +140,6 @@ LOADS = [
 ]
 
 
-@dataclass
-class Row:
-    load: Load
-    rss_start_mb: float
-    rss_end_mb: float
-    peak_mb: float
-    statuses: Counter[int]
-    nodes: int
-    seconds: float
-
-
 async def _send(port: int, requests: Iterator[tuple[float, bytes]]) -> Counter[int]:
     statuses: Counter[int] = Counter()
     url = f"http://127.0.0.1:{port}/api/v1/write"
@@ -185,89 +160,43 @@ async def _send(port: int, requests: Iterator[tuple[float, bytes]]) -> Counter[i
     return statuses
 
 
-def run(load: Load, scale: int, workdir: Path) -> Row:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOADWATCHER_", "METRICS_"))}
-    env.update({"METRICS_PROVIDER_NAME": "push", "PYTHONPATH": str(REPO), **load.env})
-    proc = spawn(serve_argv(port, "", 15.0), workdir / f"{load.name}.log", env=env, cwd=REPO)
+def run(load: Load, scale: int, workdir: Path) -> list[object]:
+    """One load on a fresh service: its row of the table."""
+    service = Service(workdir, "", "", name=load.name, provider="push", env=load.env)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if http_get(port, "/healthz")[0] == 200:
-                    break
-            except OSError:
-                time.sleep(0.2)
-        start = memory_kib(proc.pid)
+        start = memory_kib(service.start().ready().pid)
         began = time.monotonic()
-        statuses = asyncio.run(_send(port, load.requests(scale)))
+        statuses = asyncio.run(_send(service.port, load.requests(scale)))
         seconds = time.monotonic() - began
         time.sleep(3)  # a publish or two
-        end = memory_kib(proc.pid)
-        import json
-
-        status, _, raw = http_get(port, "/watcher")
+        end = memory_kib(service.pid)
+        status, _, raw = http_get(service.port, "/watcher")
         nodes = len(json.loads(raw)["data"]["NodeMetricsMap"] or {}) if status == 200 else 0
-        return Row(
-            load,
-            start["VmRSS"] / 1024,
-            end["VmRSS"] / 1024,
-            end["VmHWM"] / 1024,
-            statuses,
-            nodes,
-            seconds,
-        )
     finally:
-        stop(proc)
+        service.stop()
+    answers = ", ".join(f"{n} × {s}" for s, n in sorted(statuses.items()))
+    rss = f"{start['VmRSS'] / 1024:.0f} MB → {end['VmRSS'] / 1024:.0f} MB"
+    peak = f"**{end['VmHWM'] / 1024:.0f} MB**"
+    return [load.what, answers, f"{nodes:,}", rss, peak, f"{seconds:.0f} s"]
 
 
-def table(rows: list[Row]) -> str:
-    lines = [
-        "| load | answers | nodes served | RSS start → end | peak RSS | took |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        answers = ", ".join(f"{n} × {s}" for s, n in sorted(r.statuses.items()))
-        lines.append(
-            f"| {r.load.what} | {answers} | {r.nodes:,} | {r.rss_start_mb:.0f} MB → "
-            f"{r.rss_end_mb:.0f} MB | **{r.peak_mb:.0f} MB** | {r.seconds:.0f} s |"
-        )
-    return "\n".join(lines)
-
-
-def main() -> None:
+def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a tenth of each load (smoke)")
     parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
-    args = parser.parse_args()
-    scale = 10 if args.quick else 1
-    started = datetime.datetime.now(datetime.UTC)
-    before = load_average()
+    args = parser.parse_args(argv)
+    run_ = Run.begin("push_bounds.py", argv, args.quick)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for load in LOADS:
             progress(f"{load.name}: {load.what}")
-            rows.append(run(load, scale, Path(tmp)))
-    text = table(rows)
-    print(text)
-    if args.quick:
-        return
-    commit = os.popen(f"git -C {REPO} rev-parse --short HEAD").read().strip()
-    head = (
-        f"Command: `python benchmarks/push_bounds.py` — started {started:%Y-%m-%d %H:%M} UTC; "
-        f"commit {commit}; load average before {before}, after {load_average()}."
-    )
-    section = f"{SECTION_START}\n{head}\n\n{text}\n{SECTION_END}"
-    current = args.out.read_text()
-    if SECTION_START in current:
-        a, b = current.index(SECTION_START), current.index(SECTION_END) + len(SECTION_END)
-        current = current[:a] + section + current[b:]
-    else:
-        current = (
-            current.rstrip("\n") + "\n\n## Push receiver under hostile writers\n\n" + section + "\n"
-        )
-    args.out.write_text(current)
+            rows.append(run(load, 10 if args.quick else 1, Path(tmp)))
+    text = table("load | answers | nodes served | RSS start → end | peak RSS | took", rows)
+    print("\n".join(text))
+    if not args.quick:
+        write_block(args.out, "push-bounds", [*run_.table(machine()), "", *text])
+    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

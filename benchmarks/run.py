@@ -1,59 +1,34 @@
 #!/usr/bin/env python3
-"""Benchmark harness: one command, progress on stderr, a results table at the end.
+"""Benchmark harness: one command, progress on stderr, the results tables at the end.
 
     python benchmarks/run.py                      # 100, 1,000 and 5,000 nodes
     python benchmarks/run.py --quick              # a tiny smoke run, not a measurement
     python benchmarks/run.py --sizes 1000 --repeat 3 --out /tmp/r.md --profile
 
-For each size it seeds a real Prometheus (promtool backfill: N nodes × 2 resources, 15 s
-resolution) and measures the poll cycle against a bare HTTP client (the cold start's first
-full snapshot against the Go load-watcher's own 15-minute queries, and the cycle's CPU); at
-``--serve-nodes`` (1,000) ``GET /watcher`` under ``wrk`` against nginx serving the same
-bytes; at the largest size the service's peak and steady memory and CPU per poll over a
-cold start and ``--memory-cycles`` polls, its start time with an empty journal, its restart
-time from the journal and the journal's cost. The scoring figure comes from
-``benchmarks/bench_scoring.py`` when that exists. Each fast path against its plain twin:
-``benchmarks/fastpaths.py``.
-
-It installs nothing: ``prometheus``/``promtool``, ``wrk`` and ``nginx`` (Debian packages
-``prometheus``, ``wrk``, ``nginx``) must be on the machine, or it stops at once saying so.
-Every process it starts is stopped by PID; everything lives under a temporary directory
-that is removed at the end (``--keep`` keeps it).
-
-``benchmarks/bench_scoring.py`` (written separately) is run as ``bench_scoring.py --nodes
-N``; its ``score: all plugins`` median is the scoring figure (a JSON line with
-``median_ms`` is understood too).
+Per size: a real Prometheus seeded by promtool, the poll cycle against a bare HTTP client
+and against the Go load-watcher's queries (bench_cycle); at ``--serve-nodes`` GET /watcher
+under wrk against nginx (bench_serving); at the largest size the service's memory, CPU,
+start and restart times (bench_process); the scoring figure (bench_scoring). What each
+measures and how: the Method section of benchmarks/RESULTS.md. Needs ``prometheus``,
+``promtool``, ``wrk`` and ``nginx`` (Debian packages of those names) or stops saying so.
+Writes the ``run`` block of ``--out`` and the raw figures beside it (``.json``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import cProfile
-import datetime
 import io
-import os
-import platform
 import pstats
 import re
-import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import orjson
-from bench_common import (
-    REPO,
-    MissingTool,
-    load_average,
-    progress,
-    require_tools,
-    setup_paths,
-)
+from bench_common import REPO, MissingTool, Run, machine, progress, require_tools, setup_paths
 
 setup_paths()
 
@@ -69,29 +44,18 @@ HERE = Path(__file__).resolve().parent
 TOOLS = ("prometheus", "promtool", "wrk", "nginx")
 RETENTION_S = 1020.0
 
-FULL = {
-    "sizes": "100,1000,5000",
-    "repeat": 5,
-    "steady": 10,
-    "serve_nodes": 1000,
-    "serve_repeat": 3,
-    "wrk_duration": 10,
-    "restart_runs": 5,
-    "cold_start_runs": 5,
-    "memory_cycles": 10,
-    "memory_poll_interval_s": 5.0,
-}
-QUICK = {
-    "sizes": "10,50",
-    "repeat": 1,
-    "steady": 2,
-    "serve_nodes": 50,
-    "serve_repeat": 1,
-    "wrk_duration": 2,
-    "restart_runs": 2,
-    "cold_start_runs": 2,
-    "memory_cycles": 3,
-    "memory_poll_interval_s": 1.0,
+# Each setting's default: (full run, --quick).
+DEFAULTS = {
+    "sizes": ("100,1000,5000", "10,50"),
+    "repeat": (5, 1),
+    "steady": (10, 2),
+    "serve_nodes": (1000, 50),
+    "serve_repeat": (3, 1),
+    "wrk_duration": (10, 2),
+    "restart_runs": (5, 2),
+    "cold_start_runs": (5, 2),
+    "memory_cycles": (10, 3),
+    "memory_poll_interval_s": (5.0, 1.0),
 }
 
 
@@ -125,10 +89,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--profile", action="store_true", help="cProfile the cycle at the largest size")
     p.add_argument("--keep", action="store_true", help="keep the temporary work directory")
     args = p.parse_args(argv)
-    defaults = QUICK if args.quick else FULL
-    for key, value in defaults.items():
+    for key, (full, quick) in DEFAULTS.items():
         if getattr(args, key) is None:
-            setattr(args, key, value)
+            setattr(args, key, quick if args.quick else full)
     args.sizes = sorted({int(s) for s in str(args.sizes).split(",") if s.strip()})
     if args.serve_nodes not in args.sizes:
         nearest = min(args.sizes, key=lambda n: abs(n - args.serve_nodes))
@@ -138,102 +101,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def _version(argv: list[str], pattern: str) -> str:
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
-    except OSError:
-        return "?"
-    match = re.search(pattern, done.stdout + done.stderr)
-    return match.group(1) if match else "?"
-
-
-def machine(tools: dict[str, str]) -> dict[str, str]:
-    import aiohttp
-    import numpy
-
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem_kib = 0
-    with contextlib.suppress(OSError, IndexError, ValueError):
-        mem_kib = int(Path("/proc/meminfo").read_text().split()[1])
-    commit = _version(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], r"(\w+)")
-    dirty = subprocess.run(
-        ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+def scoring(nodes: int) -> bench_report.ScoringResult:
+    """``bench_scoring.py --nodes N``: its ``score: all plugins`` median is the figure."""
+    done = subprocess.run(
+        [sys.executable, str(HERE / "bench_scoring.py"), "--nodes", str(nodes)],
         capture_output=True,
         text=True,
+        timeout=600,
         check=False,
-    ).stdout.strip()
-    return {
-        "CPU": f"{cpu}, {os.cpu_count()} cores",
-        "memory": f"{mem_kib / 1024 / 1024:.0f} GiB",
-        "OS": f"{platform.platform()}",
-        "Python": f"{platform.python_version()} (numpy {numpy.__version__}, "
-        f"aiohttp {aiohttp.__version__}, orjson {orjson.__version__})",
-        "prometheus": _version([tools["prometheus"], "--version"], r"version (\S+)"),
-        "nginx": _version([tools["nginx"], "-v"], r"nginx/(\S+)"),
-        "wrk": _version([tools["wrk"], "-v"], r"wrk (\S+)"),
-        "loadwatcher": f"commit {commit}{' with uncommitted changes' if dirty else ''}",
-    }
-
-
-def parse_scoring(stdout: str, nodes: int) -> tuple[int, float, str] | None:
-    """(nodes, median ms of all plugins, note) from bench_scoring.py's output, if found.
-
-    Understands its text table (``score: all plugins  <median>  <p90>``, ``prepare ...``
-    row, ``<N> nodes`` header) and, failing that, a JSON line with ``median_ms``.
-    """
-    header = re.search(r"^(\d+) nodes", stdout, re.M)
-    count = int(header.group(1)) if header else nodes
-    row = re.search(r"^score: all plugins\s+([\d.]+)", stdout, re.M)
-    if row:
-        prepare = re.search(r"^prepare[^\d]*?\s([\d.]+)\s", stdout, re.M)
-        note = f"prepare (once per snapshot) {float(prepare.group(1)):.1f} ms" if prepare else ""
-        return count, float(row.group(1)), note
-    for line in reversed(stdout.splitlines()):
-        try:
-            doc = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(doc, dict) and isinstance(doc.get("median_ms"), int | float):
-            return int(doc.get("nodes", count)), float(doc["median_ms"]), ""
-    return None
-
-
-def scoring(nodes: int) -> bench_report.ScoringResult:
-    """Run benchmarks/bench_scoring.py (another engineer's) and read its figure."""
-    script = HERE / "bench_scoring.py"
-    if not script.exists():
-        return bench_report.ScoringResult(note="not measured (benchmarks/bench_scoring.py absent)")
-    output = ""
-    for extra in (["--nodes", str(nodes)], []):
-        try:
-            done = subprocess.run(
-                [sys.executable, str(script), *extra],
-                capture_output=True,
-                text=True,
-                timeout=600,
-                check=False,
-                cwd=REPO,
-                stdin=subprocess.DEVNULL,
-            )
-        except subprocess.TimeoutExpired:
-            return bench_report.ScoringResult(note="not measured (bench_scoring.py timed out)")
-        output = done.stdout + done.stderr
-        if done.returncode != 0:
-            continue
-        found = parse_scoring(done.stdout, nodes)
-        if found is not None:
-            count, median_ms, note = found
-            return bench_report.ScoringResult(count, median_ms, note, output[-2000:])
-    return bench_report.ScoringResult(
-        note="not measured (no figure in bench_scoring.py's output)", output=output[-2000:]
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
     )
+    row = re.search(r"^score: all plugins\s+([\d.]+)", done.stdout, re.M)
+    if done.returncode != 0 or row is None:
+        return bench_report.ScoringResult(note=f"not measured (exit {done.returncode})")
+    prepare = re.search(r"^prepare[^\d]*?\s([\d.]+)\s", done.stdout, re.M)
+    note = f"prepare (once per snapshot) {float(prepare.group(1)):.1f} ms" if prepare else ""
+    return bench_report.ScoringResult(nodes, float(row.group(1)), note)
 
 
 def profile_cycle(url: str, nodes: int, now0: float, steady: int, workdir: Path) -> Path:
@@ -357,20 +241,10 @@ def main(argv: list[str]) -> int:
     except MissingTool as exc:
         print(f"benchmarks: {exc}", file=sys.stderr)
         return 2
-    began = time.monotonic()
-    command = "python benchmarks/run.py" + ("".join(" " + shlex.quote(a) for a in argv))
-    results = bench_report.Results(
-        command=command,
-        started=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        quick=args.quick,
-        sizes=args.sizes,
-        settings={
-            k: v for k, v in vars(args).items() if k not in ("out", "skip") and not callable(v)
-        },
-        machine=machine(tools),
-        load_before=load_average(),
-    )
-    progress(f"sizes {args.sizes}, load average {results.load_before}")
+    run = Run.begin("run.py", argv, args.quick)
+    settings = {k: v for k, v in vars(args).items() if k not in ("out", "skip")}
+    results = bench_report.Results(run, args.sizes, settings, machine(tools))
+    progress(f"sizes {args.sizes}, load average {run.load_before}")
     workdir = Path(tempfile.mkdtemp(prefix="loadwatcher-bench-"))
     try:
         for nodes in args.sizes:
@@ -389,13 +263,9 @@ def main(argv: list[str]) -> int:
             progress(f"work directory kept: {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    results.duration_s = time.monotonic() - began
-    results.load_after = load_average()
-    raw = bench_report.write(results, args.out)
-    text = args.out.read_text(encoding="utf-8")
-    table = text.split("\n## ", 1)[0].split("\n\n", 3)[-1]
-    print(table)
-    progress(f"wrote {args.out} and {raw} in {results.duration_s / 60:.1f} min")
+    block, raw = bench_report.write(results, args.out)
+    print(block)
+    progress(f"wrote {args.out} and {raw} in {run.took_s / 60:.1f} min")
     return 1 if results.errors else 0
 
 

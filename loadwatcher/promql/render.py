@@ -37,21 +37,8 @@ def _metric(labels: Labels) -> dict[str, str]:
     return dict(labels)
 
 
-def numbers(values: FloatArray) -> list[str]:
-    """``number`` of each value: ``repr`` where it already is Go's text (most values),
-    ``number`` for the rest (whole numbers, exponents, NaN and infinities)."""
-    texts = list(map(repr, values.tolist()))
-    with np.errstate(invalid="ignore"):
-        magnitude = np.abs(values)
-        odd = ~np.isfinite(values) | (magnitude >= 1e16) | ((magnitude < 1e-4) & (values != 0))
-        odd |= values == np.trunc(values)
-    for i in np.flatnonzero(odd).tolist():
-        texts[i] = number(float(values[i]))
-    return texts
-
-
 def _pairs(ts: IntArray, values: FloatArray) -> list[list[Any]]:
-    return list(map(list, zip(map(time_of, ts.tolist()), numbers(values), strict=True)))
+    return [[time_of(t), number(v)] for t, v in zip(ts.tolist(), values.tolist(), strict=True)]
 
 
 def data(result: Result) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""benchmarks/bench_simulate.py at a small size: it runs, reports CPU, and writes its section
+"""benchmarks/bench_simulate.py at a small size: it runs, reports CPU, and writes its block
 of RESULTS.md between its markers, keeping the rest of the file."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _report() -> Any:
-    """benchmarks/bench_report.py (benchmarks/ is no package: imported by path)."""
+def _common() -> Any:
+    """benchmarks/bench_common.py (benchmarks/ is no package: imported by path)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
-        return importlib.import_module("bench_report")
+        return importlib.import_module("bench_common")
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
 
@@ -41,26 +41,26 @@ def test_bench_simulate_writes_its_section(tmp_path: Path) -> None:
     assert text.count("<!-- simulate:start -->") == 1 and text.count("<!-- simulate:end -->") == 1
     rows = [line for line in text.splitlines() if line.startswith("| 10 | 60 |")]
     assert len(rows) == 1 and "0.25 h" in rows[0]
-    # run.py's report keeps the section when it rewrites the file.
-    bench_report = _report()
-    assert bench_report.kept_sections(text) == [
-        text[text.index("<!-- simulate:start -->") : text.index("<!-- simulate:end -->") + 21]
-    ]
+    block = text[text.index("<!-- simulate:start -->") :]
+    assert "| command |" in block  # the run's facts, as a table
 
 
-def test_the_report_keeps_every_section_other_benchmarks_wrote() -> None:
-    """run.py rewrites RESULTS.md: every section between markers but its own notes stays,
-    nested ones with their section (push-bounds and promql were dropped before)."""
-    bench_report = _report()
-    names = ["fastpaths", "push", "statuspage", "push-bounds", "simulate", "promql"]
-    text = "# old\n<!-- notes:start -->\nn\n<!-- notes:end -->\n"
+def test_a_block_is_rewritten_and_everything_else_kept(tmp_path: Path) -> None:
+    """Each script rewrites only its own block: the hand-kept text (method, notes,
+    decisions) and the other scripts' blocks stay as they were, byte for byte."""
+    common = _common()
+    out = tmp_path / "RESULTS.md"
+    names = ["run", "fastpaths", "push", "statuspage", "push-bounds", "simulate", "promql"]
+    text = "# Results\n\nkept by hand\n"
     for name in names:
-        inner = (
-            "<!-- push-decisions:start -->d<!-- push-decisions:end -->" if name == "push" else ""
-        )
-        text += f"<!-- {name}:start -->\n{name} body{inner}\n<!-- {name}:end -->\n"
-    kept = bench_report.kept_sections(text)
-    assert [k.split(":start")[0][5:] for k in kept] == names
-    assert "push-decisions:end" in kept[1]
+        text += f"\n## {name}\n\n<!-- {name}:start -->\nold {name}\n<!-- {name}:end -->\n"
+        text += f"\n{name}: decisions, kept\n"
+    out.write_text(text, encoding="utf-8")
+    common.write_block(out, "push", ["| new |", "|---|"])
+    assert out.read_text(encoding="utf-8") == text.replace("old push\n", "| new |\n|---|\n")
+    common.write_block(out, "new-one", ["x"])  # a block not there yet goes at the end
+    tail = "<!-- new-one:start -->\nx\n<!-- new-one:end -->\n"
+    assert out.read_text(encoding="utf-8").endswith(tail)
     real = (REPO / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8")
-    assert len(bench_report.kept_sections(real)) >= 6
+    for name in names:  # every script's block is in the report
+        assert real.count(f"<!-- {name}:start -->") == 1 == real.count(f"<!-- {name}:end -->")

@@ -100,10 +100,21 @@ def test_quick_fastpaths_run_writes_a_share_for_every_fast_path(tmp_path: Path) 
     text = out.read_text(encoding="utf-8")
     assert text.startswith("# Benchmark results\n\nolder text\n")
     section = text.split("<!-- fastpaths:start -->", 1)[1].split("<!-- fastpaths:end -->")[0]
-    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
-    assert len(rows) == 4, rows  # the header and one row per fast path
+    verdicts = section[section.index("| fast path |") :]
+    rows = [line for line in verdicts.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) == 1 + 3 + len(_micro_pairs()), rows  # the header, one row per fast path
     for row in rows[1:]:
         assert "keep" in row or "delete" in row or "deleted" in row, row
+        assert row.split(" | ")[2].strip(), row  # the target it serves
+
+
+def _micro_pairs() -> list[str]:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import bench_micro
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    return [pair.path for pair in bench_micro.PAIRS]
 
 
 def _tables_by_heading(section: str) -> dict[str, list[list[str]]]:
@@ -131,7 +142,8 @@ def test_quick_push_run_writes_its_section_with_figures(tmp_path: Path) -> None:
     text = out.read_text(encoding="utf-8")
     assert text.startswith("# Benchmark results\n\nolder text\n")
     section = text.split("<!-- push:start -->", 1)[1].split("<!-- push:end -->")[0]
-    assert "Errors:" not in section, section
+    assert "### Errors" not in section, section
+    assert "What the figures say" not in section  # tables only: people write the words
     tables = _tables_by_heading(section)
     fresh = tables["Freshness:"]
     assert len(fresh) == 3 * 2 + 1, fresh  # 3 publish intervals × 2 sample ages, polling

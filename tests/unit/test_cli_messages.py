@@ -22,7 +22,7 @@ from typing import Any, cast
 import pytest
 
 import loadwatcher.engine as engine
-from loadwatcher import config
+from loadwatcher import commandline, config
 from loadwatcher.cli import build_parser
 from loadwatcher.errors import ConfigError
 from loadwatcher.model import Resource
@@ -269,6 +269,33 @@ def test_an_unknown_flag_shows_the_subcommands_usage(args: tuple[str, ...], prog
     lines = done.stderr.splitlines()
     assert lines[0].startswith(f"usage: {prog} [-h]"), done.stderr
     assert lines[-1] == f"{prog}: error: unrecognized arguments: {args[-1]}"
+
+
+@pytest.mark.parametrize("break_it", ["no class", "another class", "actions renamed"])
+def test_argparse_internals_are_checked_and_without_them_the_top_level_reports(
+    break_it: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The subcommand's usage line rests on argparse internals (``_actions``,
+    ``_SubParsersAction``): checked once, and an argparse without them costs that line only
+    (the top level reports the mistake), never a traceback."""
+    assert commandline.argparse_mismatch() is None
+    if break_it == "no class":
+        monkeypatch.setattr(commandline, "_SUBPARSERS", None)
+    elif break_it == "another class":
+        monkeypatch.setattr(commandline, "_SUBPARSERS", type("Other", (), {}))
+    else:
+        monkeypatch.setattr(commandline, "_ACTIONS", "_renamed")
+    commandline.argparse_mismatch.cache_clear()
+    try:
+        assert commandline.argparse_mismatch() is not None
+        with pytest.raises(SystemExit) as done:
+            commandline.parse_args(build_parser(), ["predict", "--bogus"])
+    finally:
+        commandline.argparse_mismatch.cache_clear()
+    assert done.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "loadwatcher: error: unrecognized arguments: --bogus"
+    )
 
 
 def test_the_scoring_module_also_shows_the_subcommands_usage() -> None:

@@ -289,12 +289,6 @@ def test_regex_syntax_is_go_s() -> None:
     assert not storage.Matcher("x", "=~", ".").matches("\n")
 
 
-@settings(max_examples=examples(500), deadline=None)
-@given(st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=20))
-def test_values_written_in_bulk_as_one_by_one(xs: list[float]) -> None:
-    assert render.numbers(np.array(xs, np.float64)) == [render.number(x) for x in xs]
-
-
 @settings(max_examples=examples(1000), deadline=None)
 @given(
     st.text(st.sampled_from(list("ab-.*|\\:\n")), max_size=8),

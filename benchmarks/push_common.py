@@ -1,0 +1,462 @@
+"""What the push benchmarks share: remote-write bodies built before the clock starts,
+sending them, and watching a service's ``/watcher``, ``/metrics`` and CPU while they land."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import re
+import statistics
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+from bench_common import cpu_s, memory_kib, setup_paths
+from bench_process import Service
+
+setup_paths()
+
+import aiohttp  # noqa: E402
+import cramjam  # noqa: E402
+
+from loadwatcher.push import remote_write_pb2 as pb  # noqa: E402
+
+CPU_RULE = "instance:node_cpu:ratio"
+MEM_RULE = "instance:node_memory_utilisation:ratio"
+RULES = ((CPU_RULE, "CPU"), (MEM_RULE, "Memory"))  # metric, wire type
+# What the Prometheus Operator adds to everything a Prometheus sends (external labels);
+# the service's HA deduplication reads prometheus_replica, as in a real deployment.
+EXTERNAL = (("prometheus", "monitoring/k8s"), ("prometheus_replica", "prometheus-k8s-0"))
+SAMPLES_PER_BODY = 2000  # Prometheus's queue_config.max_samples_per_send
+RETENTION_S = 1020.0  # journal.retention_s: the history a steady service holds
+REAL_ROUND_S = 15.0
+DISCARD_NAMES = 200
+PACE_SAMPLES_PER_S = 300_000  # under push.max_samples_per_s (500,000): no 429 by design
+CALIBRATE_304 = 2000
+CALIBRATE_200 = 100
+
+
+def push_service(workdir: Path, interval_s: float, poll_interval_s: float) -> Service:
+    """``loadwatcher serve`` with provider push and one publish interval, started."""
+    env = {"LOADWATCHER_PUSH_PUBLISH_INTERVAL_S": f"{interval_s:g}"}
+    service = Service(workdir, workdir / "journal.db", "", provider="push", env=env)
+    service.poll_interval_s = poll_interval_s
+    return service.start()
+
+
+def series_bytes(name: str, labels: Sequence[tuple[str, str]]) -> bytes:
+    """A TimeSeries holding only its labels (``__name__`` first, the rest sorted)."""
+    pairs = [("__name__", name), *sorted(labels)]
+    data: bytes = pb.TimeSeries(
+        labels=[pb.Label(name=k, value=v) for k, v in pairs]
+    ).SerializeToString()
+    return data
+
+
+def sample_bytes(value: float, ts_ms: int) -> bytes:
+    """One sample as the tail of a TimeSeries: appended to ``series_bytes`` it is the
+    series with that sample (protobuf merges repeated fields of concatenated messages)."""
+    data: bytes = pb.TimeSeries(
+        samples=[pb.Sample(value=value, timestamp=ts_ms)]
+    ).SerializeToString()
+    return data
+
+
+def compress(series: Sequence[bytes]) -> bytes:
+    """A WriteRequest of ``series`` (whole TimeSeries messages), snappy block format."""
+    raw = pb.WriteRequestSeries(timeseries=series).SerializeToString()
+    return bytes(cramjam.snappy.compress_raw(raw))
+
+
+def node_name(i: int) -> str:
+    return f"node-{i:05d}"
+
+
+def marker(node: int, round_k: int) -> float:
+    """The ratio node ``node`` sends in round ``round_k``: different from one round to the
+    next, so the ``Latest`` value in ``/watcher`` tells which round it holds."""
+    return ((round_k * 7 + node) % 90 + 5) / 100
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What tells that a body reached ``/watcher``: one of its series' newest value."""
+
+    node: str
+    wire_type: str
+    percent: float
+
+
+@dataclass(frozen=True)
+class Body:
+    data: bytes
+    samples: int
+    probe: Probe | None = None
+    ts: float = 0.0
+    """The samples' time (seconds)."""
+
+
+class RulePayload:
+    """The two recording-rule series of ``nodes`` nodes, in the order a Prometheus sends
+    a rule group's output: every node's CPU series, then every node's memory series."""
+
+    def __init__(self, nodes: int) -> None:
+        self.series: list[tuple[int, str, bytes]] = []  # node, wire type, label bytes
+        for metric, wire_type in RULES:
+            for i in range(nodes):
+                labels = [("instance", f"{node_name(i)}:9100"), ("job", "node-exporter")]
+                self.series.append((i, wire_type, series_bytes(metric, [*labels, *EXTERNAL])))
+
+    def round(self, ts: float, round_k: int) -> list[Body]:
+        """One evaluation's samples at ``ts``, cut into bodies of SAMPLES_PER_BODY, each
+        with its last series as its probe."""
+        ts_ms = round(ts * 1000)
+        tails = {v: sample_bytes(v, ts_ms) for v in {marker(i, round_k) for i in range(90)}}
+        bodies = []
+        for start in range(0, len(self.series), SAMPLES_PER_BODY):
+            chunk = self.series[start : start + SAMPLES_PER_BODY]
+            data = compress([lb + tails[marker(i, round_k)] for i, _, lb in chunk])
+            i, wire_type, _ = chunk[-1]
+            probe = Probe(node_name(i), wire_type, 100 * marker(i, round_k))
+            bodies.append(Body(data, len(chunk), probe, ts_ms / 1000))
+        return bodies
+
+
+_SUBSYSTEMS = [
+    *("filesystem", "disk", "network", "netstat", "vmstat", "sockstat", "softnet"),
+    *("schedstat", "timex", "entropy", "hwmon", "pressure", "procs", "nf_conntrack", "arp"),
+    *("boot_time", "context_switches", "forks", "intr", "load"),
+]
+_SUFFIXES = [
+    *("bytes_total", "errors_total", "packets_total", "seconds_total", "info", "avail"),
+    *("free", "size", "drops_total", "count"),
+]
+
+
+class DiscardPayload:
+    """``DISCARD_NAMES`` other node-exporter metrics per node: none of them is read."""
+
+    def __init__(self, nodes: int) -> None:
+        names = [f"node_{s}_{x}" for s in _SUBSYSTEMS for x in _SUFFIXES][:DISCARD_NAMES]
+        self.series = [
+            series_bytes(
+                name,
+                [
+                    ("device", "sda"),
+                    ("instance", f"{node_name(i)}:9100"),
+                    ("job", "node-exporter"),
+                    *EXTERNAL,
+                ],
+            )
+            for i in range(nodes)
+            for name in names
+        ]
+
+    def round(self, ts: float, round_k: int) -> list[Body]:
+        tail_ = sample_bytes(float(round_k % 1000), round(ts * 1000))
+        bodies = []
+        for start in range(0, len(self.series), SAMPLES_PER_BODY):
+            chunk = self.series[start : start + SAMPLES_PER_BODY]
+            bodies.append(Body(compress([lb + tail_ for lb in chunk]), len(chunk)))
+        return bodies
+
+
+WRITE_HEADERS = {
+    "Content-Encoding": "snappy",
+    "Content-Type": "application/x-protobuf",
+    "X-Prometheus-Remote-Write-Version": "0.1.0",
+    "User-Agent": "Prometheus/2.42.0",
+}
+
+
+async def post(session: aiohttp.ClientSession, url: str, body: Body) -> tuple[int, float, float]:
+    """POST one body: its status, and the wall-clock times it was sent and answered."""
+    sent = time.time()
+    async with session.post(url, data=body.data, headers=WRITE_HEADERS) as resp:
+        await resp.read()
+        return resp.status, sent, time.time()
+
+
+async def send_paced(
+    session: aiohttp.ClientSession, url: str, bodies: Sequence[Body], pace: float
+) -> Counter[int]:
+    """Send ``bodies`` one after the other, no faster than ``pace`` samples a second."""
+    statuses: Counter[int] = Counter()
+    began = time.monotonic()
+    due = 0.0
+    for body in bodies:
+        wait = began + due - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        status, _, _ = await post(session, url, body)
+        statuses[status] += 1
+        due += body.samples / pace
+    return statuses
+
+
+_LATEST = re.compile(rb'"type":"(\w+)","operator":"Latest","rollup":"[^"]*","value":([-+.\deE]+)')
+_LAST_SAMPLE = re.compile(rb'"lastSample":(\d+)')
+
+
+def node_entry(doc: bytes, node: str) -> bytes:
+    """The bytes of ``node``'s entry in a default-format ``/watcher`` body (empty if absent)."""
+    start = doc.find(b'"' + node.encode() + b'":{"metrics":')
+    if start < 0:
+        return b""
+    end = doc.find(b'"metadata"', start)
+    return doc[start : end if end > 0 else len(doc)]
+
+
+def latest_percent(doc: bytes, probe: Probe) -> float | None:
+    for match in _LATEST.finditer(node_entry(doc, probe.node)):
+        if match.group(1).decode() == probe.wire_type:
+            return float(match.group(2))
+    return None
+
+
+def last_sample(doc: bytes, node: str) -> int | None:
+    match = _LAST_SAMPLE.search(node_entry(doc, node))
+    return int(match.group(1)) if match else None
+
+
+@dataclass
+class Pending:
+    """A body sent and not yet seen in ``/watcher``."""
+
+    probe: Probe
+    ts: float
+    age_s: float
+    """How old its samples were when it was sent."""
+    sent: float
+    answered: float
+    measured: bool
+    passed: float = 0.0
+    """When the last new ``/watcher`` body without it was seen (0: none)."""
+
+
+@dataclass
+class Watcher:
+    """Asks a service's ``GET /watcher`` (gzip, ``If-None-Match``) every ``every_s()``
+    seconds while something is awaited (always, with ``always``) and hands each new body
+    to ``seen``."""
+
+    url: str
+    every_s: Callable[[], float]
+    seen: Callable[[bytes, float], None]
+    always: bool = False
+    awaited: int = 0
+    requests: Counter[int] = field(default_factory=Counter)
+    etag: str | None = None
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _closed: bool = False
+
+    def await_one(self) -> None:
+        self.awaited += 1
+        self._wake.set()
+
+    def done_one(self) -> None:
+        self.awaited -= 1
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+
+    async def run(self, session: aiohttp.ClientSession) -> None:
+        while not self._closed:
+            if not self.always and self.awaited <= 0:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            began = time.monotonic()
+            await self.check(session)
+            await asyncio.sleep(max(0.0, self.every_s() - (time.monotonic() - began)))
+
+    async def check(self, session: aiohttp.ClientSession) -> None:
+        headers = {"Accept-Encoding": "gzip"}
+        if self.etag is not None:
+            headers["If-None-Match"] = self.etag
+        async with session.get(self.url + "/watcher", headers=headers) as resp:
+            at = time.time()
+            self.requests[resp.status] += 1
+            if resp.status != 200:
+                return
+            self.etag = resp.headers.get("ETag")
+            gz = await resp.read()
+        # zlib lets go of the GIL: the other services' probes and sends go on meanwhile.
+        doc = await asyncio.to_thread(zlib.decompress, gz, 31)
+        self.seen(doc, at)
+
+
+def gzip_session() -> aiohttp.ClientSession:
+    # Bodies are read compressed and decompressed off the event loop (Watcher.check).
+    return aiohttp.ClientSession(
+        auto_decompress=False, timeout=aiohttp.ClientTimeout(total=60), trust_env=False
+    )
+
+
+async def sleep_until(wall: float) -> None:
+    delay = wall - time.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+@dataclass
+class ProbeCost:
+    """CPU seconds a service spends on one probe request, measured on that process."""
+
+    not_modified_s: float = 0.0
+    full_s: float = 0.0
+
+    def of(self, requests: Counter[int]) -> float:
+        return requests.get(304, 0) * self.not_modified_s + requests.get(200, 0) * self.full_s
+
+
+async def probe_cost(session: aiohttp.ClientSession, url: str, pid: int) -> ProbeCost:
+    """Time CALIBRATE_304 conditional and CALIBRATE_200 full ``GET /watcher`` (gzip) on the
+    process, as the probes send them."""
+    async with session.get(url + "/watcher", headers={"Accept-Encoding": "gzip"}) as resp:
+        etag = resp.headers.get("ETag", "")
+        await resp.read()
+    before = cpu_s(pid)
+    for _ in range(CALIBRATE_304):
+        headers = {"Accept-Encoding": "gzip", "If-None-Match": etag}
+        async with session.get(url + "/watcher", headers=headers) as resp:
+            await resp.read()
+    mid = cpu_s(pid)
+    for _ in range(CALIBRATE_200):
+        async with session.get(url + "/watcher", headers={"Accept-Encoding": "gzip"}) as resp:
+            await resp.read()
+    after = cpu_s(pid)
+    return ProbeCost((mid - before) / CALIBRATE_304, (after - mid) / CALIBRATE_200)
+
+
+async def cycle_clock(
+    session: aiohttp.ClientSession, url: str, seconds: float
+) -> tuple[float, float]:
+    """How often the service's cycles start, and where in the second: each cycle's own
+    clock (``provider.lastAttempt`` of ``/watcher/health``) read every 50 ms for
+    ``seconds``. NaN when fewer than two cycles were seen."""
+    starts: set[float] = set()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        async with session.get(url + "/watcher/health", headers=IDENTITY) as resp:
+            doc = orjson.loads(await resp.read())
+        at = (doc.get("provider") or {}).get("lastAttempt")
+        if isinstance(at, int | float):
+            starts.add(float(at))
+        await asyncio.sleep(0.05)
+    ordered = sorted(starts)
+    if len(ordered) < 2:
+        return float("nan"), float("nan")
+    period = statistics.median(b - a for a, b in itertools.pairwise(ordered))
+    angles = [2 * math.pi * (s % 1.0) for s in ordered]
+    x = sum(math.cos(a) for a in angles)
+    y = sum(math.sin(a) for a in angles)
+    return period, math.atan2(y, x) / (2 * math.pi) % 1.0
+
+
+IDENTITY = {"Accept-Encoding": "identity"}
+_METRIC_LINE = re.compile(r"^(\w+)(\{[^}]*\})? (\S+)$", re.M)
+
+
+async def self_metrics(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    """The service's /metrics samples, keyed ``name{labels}``."""
+    async with session.get(url + "/metrics", headers=IDENTITY) as resp:
+        text = (await resp.read()).decode()
+    return {m.group(1) + (m.group(2) or ""): float(m.group(3)) for m in _METRIC_LINE.finditer(text)}
+
+
+def cycles_between(before: dict[str, float], after: dict[str, float]) -> tuple[int, float]:
+    """Publishing cycles and their mean duration (s) between two /metrics readings."""
+    count = after.get("loadwatcher_poll_duration_seconds_count", 0.0) - before.get(
+        "loadwatcher_poll_duration_seconds_count", 0.0
+    )
+    total = after.get("loadwatcher_poll_duration_seconds_sum", 0.0) - before.get(
+        "loadwatcher_poll_duration_seconds_sum", 0.0
+    )
+    return int(count), (total / count if count else float("nan"))
+
+
+@dataclass
+class Window:
+    """One process over a measured span: CPU, memory, the probes sent to it, its cycles."""
+
+    seconds: float = 0.0
+    cpu_s: float = 0.0
+    probe_requests: dict[str, int] = field(default_factory=dict)
+    probe_cost: ProbeCost = field(default_factory=ProbeCost)
+    probes_cpu_s: float = 0.0
+    rss_kib: tuple[int, int] = (0, 0)
+    """VmRSS at the start and at the end."""
+    hwm_kib: int = 0
+    cycles: int = 0
+    cycle_s: float = float("nan")
+    """Mean duration of the publishing cycles (the service's loadwatcher_poll_duration)."""
+    lag_mean_s: float = float("nan")
+    """Mean of the service's own loadwatcher_push_publish_lag_seconds."""
+    backend_cpu_s: float = 0.0
+    """The backend's CPU over the same span (Prometheus, while polled)."""
+
+    @property
+    def cpu_per_min(self) -> float:
+        """The service's CPU seconds per minute, its probes' cost taken out."""
+        return (self.cpu_s - self.probes_cpu_s) / self.seconds * 60 if self.seconds else 0.0
+
+    @property
+    def backend_cpu_per_min(self) -> float:
+        return self.backend_cpu_s / self.seconds * 60 if self.seconds else 0.0
+
+    def charge(self, cost: ProbeCost) -> None:
+        self.probe_cost = cost
+        self.probes_cpu_s = cost.of(Counter({int(k): v for k, v in self.probe_requests.items()}))
+
+
+class Meter:
+    """Reads a window's figures at its start and end (``/metrics`` outside the CPU span)."""
+
+    def __init__(self, url: str, pid: int, watcher: Watcher, backend_pid: int | None = None):
+        self.url, self.pid, self.watcher, self.backend_pid = url, pid, watcher, backend_pid
+        self._metrics: dict[str, float] = {}
+        self._cpu = self._backend = self._began = 0.0
+        self._requests: Counter[int] = Counter()
+        self._rss = 0
+
+    def _backend_cpu(self) -> float:
+        return cpu_s(self.backend_pid) if self.backend_pid is not None else 0.0
+
+    async def begin(self, session: aiohttp.ClientSession) -> None:
+        self._metrics = await self_metrics(session, self.url)
+        self._rss = memory_kib(self.pid)["VmRSS"]
+        self._requests = Counter(self.watcher.requests)
+        self._backend = self._backend_cpu()
+        self._cpu = cpu_s(self.pid)
+        self._began = time.monotonic()
+
+    async def end(self, session: aiohttp.ClientSession) -> Window:
+        cpu = cpu_s(self.pid)
+        seconds = time.monotonic() - self._began
+        backend = self._backend_cpu()
+        requests = Counter(self.watcher.requests)
+        requests.subtract(self._requests)
+        mem = memory_kib(self.pid)
+        after = await self_metrics(session, self.url)
+        cycles, cycle_s = cycles_between(self._metrics, after)
+        lag = "loadwatcher_push_publish_lag_seconds"
+        lags = after.get(lag + "_count", 0.0) - self._metrics.get(lag + "_count", 0.0)
+        lag_sum = after.get(lag + "_sum", 0.0) - self._metrics.get(lag + "_sum", 0.0)
+        return Window(
+            seconds=seconds,
+            cpu_s=cpu - self._cpu,
+            probe_requests={str(k): v for k, v in sorted(requests.items()) if v},
+            rss_kib=(self._rss, mem["VmRSS"]),
+            hwm_kib=mem["VmHWM"],
+            cycles=cycles,
+            cycle_s=cycle_s,
+            lag_mean_s=lag_sum / lags if lags else float("nan"),
+            backend_cpu_s=backend - self._backend,
+        )
