@@ -17,7 +17,7 @@ from loadwatcher.config import Section, Settings, Spec
 from loadwatcher.config import parsers as parse
 from loadwatcher.errors import ConfigError
 from loadwatcher.model import Resource
-from loadwatcher.providers.base import Provider
+from loadwatcher.providers.base import Provider, set_per_resource
 from loadwatcher.providers.registry import Declaration
 
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
@@ -230,10 +230,7 @@ def _build(settings: Settings, dd: DatadogSettings) -> Provider:
 
 def _metric_names(dd: DatadogSettings) -> dict[Resource, str]:
     names = {Resource.CPU: dd.cpu_metric, Resource.MEMORY: dd.memory_metric}
-    for resource in _OTHER:
-        if name := str(getattr(dd, f"{resource.value}_metric")):
-            names[resource] = name
-    return names
+    return names | set_per_resource(dd, _OTHER, "metric")
 
 
 PROVIDER = Declaration(

@@ -12,7 +12,7 @@ from loadwatcher.config import Section, Settings, Spec
 from loadwatcher.config import parsers as parse
 from loadwatcher.errors import ConfigError
 from loadwatcher.model import Resource
-from loadwatcher.providers.base import Provider
+from loadwatcher.providers.base import Provider, set_per_resource
 from loadwatcher.providers.registry import Declaration
 
 
@@ -158,12 +158,13 @@ SECTION = Section(
 
 
 def _other_fields(influx: InfluxDBSettings) -> dict[Resource, tuple[str, str]]:
-    found = {}
-    for resource in _OTHER:
-        if text := str(getattr(influx, f"{resource.value}_field")):
-            measurement, _, field = text.partition(".")
-            found[resource] = (measurement, field)
-    return found
+    fields = set_per_resource(influx, _OTHER, "field").items()
+    return {resource: _split(text) for resource, text in fields}
+
+
+def _split(text: str) -> tuple[str, str]:
+    measurement, _, field = text.partition(".")
+    return measurement, field
 
 
 def _check(influx: InfluxDBSettings) -> None:
