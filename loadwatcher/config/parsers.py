@@ -153,6 +153,28 @@ def url(text: str) -> str:
     return text.rstrip("/")
 
 
+def matching(what: str, pattern: re.Pattern[str]) -> Callable[[str], str]:
+    """A parser of text (stripped) that ``pattern`` matches whole; ``what`` says what is
+    expected."""
+
+    def check(text: str) -> str:
+        text = text.strip()
+        if pattern.fullmatch(text) is None:
+            raise expected(what, text)
+        return text
+
+    return check
+
+
+def or_empty(check: Callable[[str], str]) -> Callable[[str], str]:
+    """``check``, or the empty text (not set) as it is."""
+
+    def either(text: str) -> str:
+        return check(text) if text.strip() else ""
+
+    return either
+
+
 def one_of(*values: str) -> Callable[[str], str]:
     """A parser of one of ``values``, in any case, returned as spelt in ``values``."""
     canonical = {value.lower(): value for value in values}

@@ -46,6 +46,8 @@ class HttpSettings:
     # token is sent as the password of HTTP Basic auth (InfluxDB 1.x users).
     auth_scheme: str = "Bearer"
     username: str = ""
+    # What a 401 or 403 tells the operator to check (Datadog: two keys, not a token).
+    auth_hint: str = "check the token"
     max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
 
     @classmethod
@@ -182,7 +184,8 @@ class HttpBackend:
     ) -> Any:
         """Send one request (``json``: a body sent as JSON) and return the decoded JSON
         body; map every failure."""
-        return _decode(await self._send(method, path, params, data, query, json=json), query)
+        reply = await self._send(method, path, params, data, query, json=json)
+        return _decode(reply, query, self.settings.auth_hint)
 
     async def request_bytes(
         self,
@@ -201,7 +204,7 @@ class HttpBackend:
         sending."""
         reply = await self._send(method, path, params, data, query, compressed)
         if reply.status >= 300:
-            _decode(reply, query)  # raises: every status from 300 on is an error
+            _decode(reply, query, self.settings.auth_hint)  # raises: every status from 300 on
         return RawAnswer(reply.url, reply.status, reply.body)
 
     async def _send(
@@ -303,7 +306,7 @@ def transport_error(
     )
 
 
-def _decode(reply: _Reply, query: str | None) -> Any:
+def _decode(reply: _Reply, query: str | None, auth_hint: str) -> Any:
     url, status, body = reply.url, reply.status, reply.body
     try:
         doc = orjson.loads(body) if body else None
@@ -311,7 +314,7 @@ def _decode(reply: _Reply, query: str | None) -> Any:
         doc = None
     if status in (401, 403):
         raise ProviderError(
-            ProviderErrorKind.AUTH, f"{url} answered {status}: check the token", query=query
+            ProviderErrorKind.AUTH, f"{url} answered {status}: {auth_hint}", query=query
         )
     if status == 404:
         raise ProviderError(ProviderErrorKind.NOT_FOUND, f"{url} answered 404", query=query)

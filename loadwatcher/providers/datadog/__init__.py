@@ -81,24 +81,10 @@ def address(text: str) -> str:
     return "https://" + (host if host.startswith("api.") else "api." + host)
 
 
-def metric(text: str) -> str:
-    """A metric with an optional space aggregator: ``max:cpu.utilization``."""
-    text = text.strip()
-    if _METRIC.fullmatch(text) is None:
-        raise parse.expected("a metric name, optionally after avg:, max:, min: or sum:", text)
-    return text
-
-
-def optional_metric(text: str) -> str:
-    """A metric as ``metric`` takes it, or empty: not read."""
-    return metric(text) if text.strip() else ""
-
-
-def tag(text: str) -> str:
-    text = text.strip()
-    if _TAG.fullmatch(text) is None:
-        raise parse.expected("a Datadog tag key (a letter, then letters, digits, _ . / -)", text)
-    return text
+# A metric with an optional space aggregator: ``max:cpu.utilization``; or empty: not read.
+metric = parse.matching("a metric name, optionally after avg:, max:, min: or sum:", _METRIC)
+optional_metric = parse.or_empty(metric)
+tag = parse.matching("a Datadog tag key (a letter, then letters, digits, _ . / -)", _TAG)
 
 
 def tag_value(text: str) -> str:
@@ -212,8 +198,11 @@ def _build(settings: Settings, dd: DatadogSettings) -> Provider:
     from loadwatcher.providers.http import HttpSettings, TokenSource
 
     http = HttpSettings.of(settings.provider)
-    if not http.address:
-        http = dataclasses.replace(http, address=f"https://api.{dd.site}")
+    http = dataclasses.replace(
+        http,
+        address=http.address or f"https://api.{dd.site}",
+        auth_hint="check the API and application keys",
+    )
     options = DatadogOptions(
         metrics=_metric_names(dd),
         cluster_tag=dd.cluster_tag,

@@ -106,18 +106,9 @@ class DatadogProvider:
                 retry_after_s=wait,
             )
         self._quiet_until = None
-        try:
-            doc = await self._http.request_json(
-                "POST", QUERY_PATH, json=request_body(o, start, now), query=shown
-            )
-        except ProviderError as exc:
-            if exc.kind is ProviderErrorKind.AUTH and "check the token" in exc.message:
-                raise ProviderError(
-                    exc.kind,
-                    exc.message.replace("check the token", "check the API and application keys"),
-                    query=exc.query,
-                ) from exc
-            raise
+        doc = await self._http.request_json(
+            "POST", QUERY_PATH, json=request_body(o, start, now), query=shown
+        )
         naming = answer.Naming(o.host_name_suffix, o.short_host_names)
         quota = self._http.quota
         if quota.exhausted and quota.reset_s is not None:  # a request now would be a 429

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from loadwatcher.config import Section, Settings, Spec
@@ -62,23 +61,6 @@ def realm(text: str) -> str:
     return text
 
 
-def _pattern(what: str, pattern: re.Pattern[str]) -> Callable[[str], str]:
-    def check(text: str) -> str:
-        text = text.strip()
-        if pattern.fullmatch(text) is None:
-            raise parse.expected(what, text)
-        return text
-
-    return check
-
-
-def _optional(check: Callable[[str], str]) -> Callable[[str], str]:
-    def either(text: str) -> str:
-        return check(text) if text.strip() else ""
-
-    return either
-
-
 def value(text: str) -> str:
     """A dimension value put into a query: nothing that would end or widen the filter."""
     text = text.strip()
@@ -107,7 +89,7 @@ SECTION = Section(
         ),
         Spec(
             "signalfx.cluster_dimension",
-            _pattern("a dimension name", _DIMENSION),
+            parse.matching("a dimension name", _DIMENSION),
             "cluster",
             "dimension of signalfx.cluster_name",
         ),
@@ -127,13 +109,13 @@ SECTION = Section(
         ),
         Spec(
             "signalfx.cpu_metric",
-            _pattern("a metric name", _METRIC),
+            parse.matching("a metric name", _METRIC),
             "cpu.utilization",
             "metric of CPU utilisation in percent",
         ),
         Spec(
             "signalfx.memory_metric",
-            _pattern("a metric name", _METRIC),
+            parse.matching("a metric name", _METRIC),
             "memory.utilization",
             "metric of memory utilisation in percent",
         ),
@@ -166,7 +148,7 @@ SECTION = Section(
         *(
             Spec(
                 f"signalfx.{resource.value}_metric",
-                _optional(_pattern("a metric name", _METRIC)),
+                parse.or_empty(parse.matching("a metric name", _METRIC)),
                 "",
                 f"metric of {what} in percent; empty: not read",
             )
