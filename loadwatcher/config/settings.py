@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from loadwatcher.model import Resource
 
 if TYPE_CHECKING:
     from loadwatcher.config.spec import Section
@@ -118,3 +120,15 @@ class Settings:
         if name in sections:
             return sections[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+def per_resource(
+    section: object, resources: Iterable[Resource], suffix: str
+) -> dict[Resource, str]:
+    """A section's ``<resource>_<suffix>`` settings that are set (empty, or no such
+    setting: the resource is not read), by resource."""
+    found = {}
+    for resource in resources:
+        if text := str(getattr(section, f"{resource.value}_{suffix}", "")):
+            found[resource] = text
+    return found

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from loadwatcher.errors import ProviderError
-from loadwatcher.model import FetchResult, Resource, Series, SeriesBatch, Summary
+from loadwatcher.model import FetchResult, Series, SeriesBatch, Summary
 
 
 class Provider(Protocol):
@@ -73,15 +73,3 @@ def collect(
     return FetchResult(
         series=series, errors=errors, known_nodes=nodes, notices=notices, batches=batches
     )
-
-
-def set_per_resource(
-    section: object, resources: Iterable[Resource], suffix: str
-) -> dict[Resource, str]:
-    """A provider section's ``<resource>_<suffix>`` settings that are set (empty: the
-    resource is not read), by resource."""
-    found = {}
-    for resource in resources:
-        if text := str(getattr(section, f"{resource.value}_{suffix}")):
-            found[resource] = text
-    return found

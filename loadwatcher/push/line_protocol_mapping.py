@@ -1,9 +1,11 @@
 """Line protocol's mapping: InfluxDB points to node utilisation samples (``samples.Decoded``).
 
 It reads Telegraf's schema as the InfluxDB provider does: CPU = 100 − ``cpu.usage_idle``
-where ``cpu=cpu-total``, memory = ``mem.used_percent``, node = tag ``host``. It keeps
-nothing from one request to the next. ``LineProtocolMapper`` is what the HTTP receiver
-calls (``protocols/line_protocol.py`` declares the protocol).
+where ``cpu=cpu-total``, memory = ``mem.used_percent``, node = tag ``host``; and the other
+resources' fields the provider reads (``influxdb.<resource>_field``), GPU's per device as
+the mean and the busiest per host and time. It keeps nothing from one request to the next.
+``LineProtocolMapper`` is what the HTTP receiver calls (``protocols/line_protocol.py``
+declares the protocol).
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from decimal import Decimal
 
 import numpy as np
 
+from loadwatcher.model import Resource, Series
+from loadwatcher.pipeline.devices import devices
 from loadwatcher.push import line_protocol as lp
 from loadwatcher.push.protocol import Pending, PushRequest
 from loadwatcher.push.protocols.line_protocol import INFLUX_V1
-from loadwatcher.push.samples import Decoded, Part, ns_to_seconds, to_batch
+from loadwatcher.push.samples import RESOURCES, Decoded, Part, ns_to_seconds, to_batch
 from loadwatcher.quantity import capacity_facts
 
 
@@ -35,15 +39,18 @@ class LineProtocolMapping:
     memory_field: str = "used_percent"
     memory_tags: tuple[tuple[str, str], ...] = ()
     scale: float = 1.0
+    # The other resources read: (resource, measurement, field), in percent.
+    others: tuple[tuple[Resource, str, str], ...] = ()
 
     def wanted(self) -> list[lp.FieldWanted]:
-        """Utilisation (CPU, memory), then the sizes Telegraf sends: ``mem.total`` (bytes)
-        and ``system.n_cpus``."""
+        """Utilisation (CPU, memory), the sizes Telegraf sends (``mem.total`` in bytes,
+        ``system.n_cpus``), then the other resources."""
         return [
             lp.FieldWanted(self.cpu_measurement, self.cpu_field, self.cpu_tags),
             lp.FieldWanted(self.memory_measurement, self.memory_field, self.memory_tags),
             lp.FieldWanted("mem", "total"),
             lp.FieldWanted("system", "n_cpus"),
+            *(lp.FieldWanted(measurement, field) for _, measurement, field in self.others),
         ]
 
 
@@ -56,24 +63,33 @@ def map_line_protocol(
     found, counts = lp.read_points(
         body, mapping.wanted(), mapping.host_tag, unit_ns=unit_ns, now_ns=now_ns
     )
-    parts = []
-    for resource, points in enumerate(found[:2]):
-        n = len(points.keys)
+    parts: list[Part] = []
+    read = [(Resource.CPU, found[0]), (Resource.MEMORY, found[1])]
+    read += [(r, points) for (r, _, _), points in zip(mapping.others, found[4:], strict=True)]
+    for resource, points in read:
         percent = np.asarray(points.values, np.float64) * mapping.scale
-        if resource == 0 and mapping.cpu_field_is_idle:
+        if resource is Resource.CPU and mapping.cpu_field_is_idle:
             percent = 100.0 - percent
-        parts.append(
-            Part(
-                points.keys,
-                np.arange(n, dtype=np.int64),
-                np.full(n, resource, np.int64),
-                ns_to_seconds(np.asarray(points.ts_ns, np.int64)),
-                percent,
-            )
-        )
+        ts = ns_to_seconds(np.asarray(points.ts_ns, np.int64))
+        if resource is Resource.GPU:  # a point per device
+            gpus = [
+                Series(host, resource, ts[i : i + 1], percent[i : i + 1])
+                for i, host in enumerate(points.keys)
+            ]
+            parts.extend(_part(s) for s in devices(gpus))
+        else:
+            n = len(points.keys)
+            kind = np.full(n, RESOURCES.index(resource), np.int64)
+            parts.append(Part(points.keys, np.arange(n, dtype=np.int64), kind, ts, percent))
     merged = to_batch(parts)
     counts["accepted"] = int(merged.values.shape[0])
     return Decoded(merged, counts, merged.nodes, _sizes(found[2], found[3]))
+
+
+def _part(series: Series) -> Part:
+    n = series.ts.shape[0]
+    kind = np.full(n, RESOURCES.index(series.resource), np.int64)
+    return Part([series.node], np.zeros(n, np.int64), kind, series.ts, series.values)
 
 
 def _sizes(memory: lp.Points, cpus: lp.Points) -> dict[str, dict[str, str]]:

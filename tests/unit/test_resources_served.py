@@ -80,3 +80,34 @@ async def test_gpu_and_network_in_watcher_promql_and_status_page(aiohttp_client:
     assert [float(r["value"][1]) for r in body["data"]["result"]] == [0.75]
     page = await (await client.get("/", params={"node": "node-a"})).text()
     assert "GPU, mean over devices %" in page and "Network %" in page
+
+
+async def test_telegraf_gpus_pushed_as_line_protocol_are_served(aiohttp_client: Any) -> None:
+    """Telegraf's nvidia_smi points, one per GPU, through ``/write`` to /watcher: a host's
+    GPU is the mean over its devices, GPUMax the busiest."""
+    config = settings(
+        {
+            "METRICS_PROVIDER_NAME": "push",
+            "LOADWATCHER_INFLUXDB_GPU_FIELD": "nvidia_smi.utilization_gpu",
+        }
+    )
+    engine = app.build_engine(config)
+    receiver = app.build_receiver(config, engine)
+    assert receiver is not None
+    receiver.clock = lambda: T
+    client: Client = await aiohttp_client(api.make_app(engine, receiver=receiver))
+    s = round(T)
+    lines = []
+    for k, t in enumerate((s - 30, s - 15, s)):
+        lines.append(f"cpu,host=h1,cpu=cpu-total usage_idle=50 {t}")
+        lines.append(f"mem,host=h1 used_percent=40 {t}")
+        lines.append(f"nvidia_smi,host=h1,index=0 utilization_gpu={10 * k} {t}")
+        lines.append(f"nvidia_smi,host=h1,index=1 utilization_gpu={10 * k + 50} {t}")
+    resp = await client.post("/write", params={"precision": "s"}, data="\n".join(lines))
+    assert resp.status == 204, await resp.text()
+    await engine.cycle(T + 1)
+    doc = await (await client.get("/watcher", params={"window": "5m"})).json()
+    got = values(doc, "h1")
+    assert got[("GPU", "Latest")] == 45.0 and got[("GPU", "AVG")] == 35.0
+    assert got[("GPUMax", "Latest")] == 70.0
+    assert got[("CPU", "Latest")] == 50.0

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 from loadwatcher.config import Section, Settings, Spec
 from loadwatcher.config import parsers as parse
+from loadwatcher.config.settings import per_resource
 from loadwatcher.errors import ConfigError
 from loadwatcher.model import Resource
-from loadwatcher.providers.base import Provider, set_per_resource
+from loadwatcher.providers.base import Provider
 from loadwatcher.providers.registry import Declaration
 
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
@@ -219,7 +220,7 @@ def _build(settings: Settings, dd: DatadogSettings) -> Provider:
 
 def _metric_names(dd: DatadogSettings) -> dict[Resource, str]:
     names = {Resource.CPU: dd.cpu_metric, Resource.MEMORY: dd.memory_metric}
-    return names | set_per_resource(dd, _OTHER, "metric")
+    return names | per_resource(dd, _OTHER, "metric")
 
 
 PROVIDER = Declaration(

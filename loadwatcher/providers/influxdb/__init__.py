@@ -10,9 +10,10 @@ from dataclasses import dataclass
 
 from loadwatcher.config import Section, Settings, Spec
 from loadwatcher.config import parsers as parse
+from loadwatcher.config.settings import per_resource
 from loadwatcher.errors import ConfigError
 from loadwatcher.model import Resource
-from loadwatcher.providers.base import Provider, set_per_resource
+from loadwatcher.providers.base import Provider
 from loadwatcher.providers.registry import Declaration
 
 
@@ -158,7 +159,7 @@ SECTION = Section(
 
 
 def _other_fields(influx: InfluxDBSettings) -> dict[Resource, tuple[str, str]]:
-    fields = set_per_resource(influx, _OTHER, "field").items()
+    fields = per_resource(influx, _OTHER, "field").items()
     return {resource: _split(text) for resource, text in fields}
 
 

@@ -19,9 +19,9 @@ import numpy as np
 from loadwatcher.config.parsers import tag_filter
 from loadwatcher.errors import ProviderError
 from loadwatcher.model import FetchResult, FloatArray, Resource, Series
+from loadwatcher.pipeline.devices import devices
 from loadwatcher.pipeline.plausible import UNPARSABLE, unparsable
 from loadwatcher.providers.base import collect
-from loadwatcher.providers.devices import devices
 from loadwatcher.quantity import capacity_facts
 
 # Telegraf's names for what a node has: bytes of memory and logical CPUs.

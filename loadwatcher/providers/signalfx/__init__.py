@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 from loadwatcher.config import Section, Settings, Spec
 from loadwatcher.config import parsers as parse
+from loadwatcher.config.settings import per_resource
 from loadwatcher.model import Resource
-from loadwatcher.providers.base import Provider, set_per_resource
+from loadwatcher.providers.base import Provider
 from loadwatcher.providers.registry import Declaration
 
 RESOLUTIONS_MS = ("1000", "60000", "300000", "3600000")
@@ -183,7 +184,7 @@ def _build(settings: Settings, sfx: SignalFxSettings) -> Provider:
 
 def _metrics(sfx: SignalFxSettings) -> dict[Resource, str]:
     found = {Resource.CPU: sfx.cpu_metric, Resource.MEMORY: sfx.memory_metric}
-    return found | set_per_resource(sfx, _OTHER, "metric")
+    return found | per_resource(sfx, _OTHER, "metric")
 
 
 def _metric_names(sfx: SignalFxSettings) -> dict[Resource, str]:

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 from loadwatcher.errors import ProviderError, ProviderErrorKind
 from loadwatcher.model import FetchResult, Resource, Series
+from loadwatcher.pipeline.devices import devices
 from loadwatcher.providers import hostnames
 from loadwatcher.providers.base import collect
-from loadwatcher.providers.devices import devices
 from loadwatcher.providers.http import HttpBackend, HttpSettings, TokenSource
 from loadwatcher.providers.signalfx import answer
 from loadwatcher.words import plural

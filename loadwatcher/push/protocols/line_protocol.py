@@ -30,10 +30,19 @@ _INFLUX_CODES = {401: "unauthorized", 413: "request too large", 429: "too many r
 
 def _build(settings: Settings) -> Mapper:
     from loadwatcher.config.parsers import tag_filter
+    from loadwatcher.config.settings import per_resource
+    from loadwatcher.model import Resource
     from loadwatcher.push.line_protocol_mapping import LineProtocolMapper, LineProtocolMapping
 
     # The section by name: the providers' packages sit beside push, not below it.
     influx: Any = settings.sections["influxdb"]
+    others = tuple(
+        (resource, measurement, field)
+        for resource, text in per_resource(
+            influx, (r for r in Resource if r not in (Resource.CPU, Resource.MEMORY)), "field"
+        ).items()
+        for measurement, _, field in [text.partition(".")]
+    )
     return LineProtocolMapper(
         LineProtocolMapping(
             host_tag=influx.host_tag,
@@ -45,6 +54,7 @@ def _build(settings: Settings) -> Mapper:
             memory_field=influx.memory_field,
             memory_tags=tag_filter(influx.memory_filter),
             scale=influx.scale,
+            others=others,
         )
     )
 

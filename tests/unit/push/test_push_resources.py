@@ -73,3 +73,43 @@ def test_only_metric_names_are_read_from_pushes() -> None:
     taken = RemoteWriteMapping().metrics()
     # The GPU defaults are expressions: GPU is not read from pushes unless set to a rule.
     assert extra_metrics(prom, taken) == ((Resource.NETWORK, NET),)
+
+
+def test_line_protocol_reads_the_other_fields_and_gpus_per_device() -> None:
+    """Telegraf's nvidia_smi sends a point per GPU: a host's GPU is their mean at each time
+    and GPUMax the busiest; a network field is read as it is; nothing without a setting."""
+    from loadwatcher.push.line_protocol_mapping import LineProtocolMapper
+    from loadwatcher.push.protocols.line_protocol import PROTOCOL
+
+    env = {
+        "LOADWATCHER_INFLUXDB_GPU_FIELD": "nvidia_smi.utilization_gpu",
+        "LOADWATCHER_INFLUXDB_NETWORK_FIELD": "net_util.percent",
+    }
+    mapper = PROTOCOL.build(settings(env))
+    assert isinstance(mapper, LineProtocolMapper)
+    s = 1_700_000_000
+    body = "\n".join(
+        [
+            f"nvidia_smi,host=h1,index=0 utilization_gpu=20 {s}",
+            f"nvidia_smi,host=h1,index=1 utilization_gpu=60 {s}",
+            f"nvidia_smi,host=h1,index=0 utilization_gpu=30 {s + 15}",
+            f"nvidia_smi,host=h2,index=0 utilization_gpu=90 {s}",
+            f"net_util,host=h2 percent=12.5 {s}",
+            f"disk_util,host=h2 percent=50 {s}",  # influxdb.disk_field is not set
+            f"cpu,host=h1,cpu=cpu-total usage_idle=75 {s}",
+        ]
+    ).encode()
+    from loadwatcher.push.line_protocol_mapping import map_line_protocol
+
+    decoded = map_line_protocol(body, mapper.mapping, unit_ns=1_000_000_000, now=s + 30)
+    assert as_dict(decoded.batch) == {
+        ("h1", Resource.CPU): [(s, 25.0)],
+        ("h1", Resource.GPU): [(s, 40.0), (s + 15, 30.0)],
+        ("h1", Resource.GPU_MAX): [(s, 60.0), (s + 15, 30.0)],
+        ("h2", Resource.GPU): [(s, 90.0)],
+        ("h2", Resource.GPU_MAX): [(s, 90.0)],
+        ("h2", Resource.NETWORK): [(s, 12.5)],
+    }
+    assert decoded.counts["unmatched"] == 1  # the disk line
+    plain = PROTOCOL.build(settings({}))
+    assert isinstance(plain, LineProtocolMapper) and plain.mapping.others == ()

@@ -1,7 +1,8 @@
 """A node's devices as two of its resources: a GPU metric with one series per device (an MTS
 per GPU in SignalFx, a Telegraf ``nvidia_smi`` point per GPU index) becomes per node the mean
 over the devices with a point at each time (``GPU``) and the busiest of them (``GPU_MAX``).
-Pure; the Prometheus and Datadog providers have their backends aggregate instead."""
+Pure; the Prometheus and Datadog providers have their backends aggregate instead, and the
+line-protocol receiver uses it as the InfluxDB provider does."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadwatcher.model import Resource, Series
-from loadwatcher.providers.devices import devices
+from loadwatcher.pipeline.devices import devices
 from tests.support.fuzzing import examples
 
 device = st.dictionaries(st.integers(0, 20), st.floats(0, 100), min_size=1, max_size=8)
