@@ -39,7 +39,7 @@ HEALTH = {
 }
 
 
-def fleet(nodes: int) -> tuple[SampleStore, snapshot.Snapshot]:
+def fleet(nodes: int) -> tuple[SampleStore, snapshot.RollupSnapshot]:
     """A store and its snapshot: 1 % of nodes stale, 0.5 % frozen, 0.5 % sparse."""
     rng = np.random.default_rng(7)
     times = NOW - SPAN_S + np.arange(0.0, SPAN_S + 1, STEP_S)
@@ -69,7 +69,11 @@ def fleet(nodes: int) -> tuple[SampleStore, snapshot.Snapshot]:
 
 
 def measure(
-    store: SampleStore, snap: snapshot.Snapshot, options: ListOptions, node: str | None, n: int
+    store: SampleStore,
+    snap: snapshot.RollupSnapshot,
+    options: ListOptions,
+    node: str | None,
+    n: int,
 ) -> tuple[list[float], int, int]:
     times = []
     page = ""

@@ -38,7 +38,7 @@ from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import Columns, Resource, Summary
 from loadwatcher.pipeline import analysis, health, members, snapshot
 from loadwatcher.pipeline.analysis import Quality
-from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.pipeline.snapshot import RollupSnapshot
 from loadwatcher.pipeline.store import AddResult, SampleStore
 from loadwatcher.providers.base import Provider
 
@@ -274,7 +274,7 @@ class Engine:
 
     def build_snapshot(
         self, now: float, forgotten: tuple[str, ...] = ()
-    ) -> tuple[Snapshot, bytes | None]:
+    ) -> tuple[RollupSnapshot, bytes | None]:
         """The snapshot at ``now``, and its journal form when there is a journal;
         ``forgotten`` nodes (an operator's forget) are not listed as gone for leaving it."""
         view = self.view()

@@ -14,7 +14,7 @@ from loadwatcher.engine import published
 from loadwatcher.errors import ProviderError
 from loadwatcher.model import Resource, Summary
 from loadwatcher.pipeline import analysis, summary
-from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.pipeline.snapshot import RollupSnapshot
 from loadwatcher.providers.base import Provider, Summarizing
 from loadwatcher.words import plural
 
@@ -48,7 +48,7 @@ def snapshot_of(
     metric_names: dict[Resource, str],
     thresholds: analysis.Thresholds,
     node_info: dict[str, dict[str, str]],
-) -> tuple[Snapshot, analysis.Report]:
+) -> tuple[RollupSnapshot, analysis.Report]:
     """The first look as a snapshot taken at ``taken_at``, its tags judged at ``now``."""
     snap, report = summary.build(found, now, source, metric_names, thresholds, node_info)
     return dataclasses.replace(snap, taken_at=taken_at), report
@@ -76,7 +76,7 @@ async def serve(engine: Engine, now: float) -> None:
 
 def rebuilt(
     engine: Engine, found: Summary, taken_at: float, now: float
-) -> tuple[Snapshot, analysis.Report]:
+) -> tuple[RollupSnapshot, analysis.Report]:
     """``snapshot_of`` with the engine's source, names, thresholds and node facts."""
     return snapshot_of(
         found,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from loadwatcher.engine import firstlook, published
 from loadwatcher.pipeline import ageing
 from loadwatcher.pipeline.analysis import Quality
-from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.pipeline.snapshot import RollupSnapshot
 
 if TYPE_CHECKING:
     from loadwatcher.engine.cycle import Engine
@@ -28,7 +28,7 @@ log = logging.getLogger("loadwatcher.engine")
 _PAST_DUE_S = 0.05
 
 
-def aged(engine: Engine, snap: Snapshot, now: float) -> Snapshot:
+def aged(engine: Engine, snap: RollupSnapshot, now: float) -> RollupSnapshot:
     """``snap`` with its tags aged to ``now``; the engine's report follows them."""
     tags = ageing.aged(snap, now, engine.options.thresholds.stale_after_s)
     if tags is not None:

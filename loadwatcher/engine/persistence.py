@@ -23,7 +23,7 @@ from loadwatcher.journal.lock import JournalLocked
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import Columns, Resource
 from loadwatcher.pipeline import health, merge, snapshot
-from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.pipeline.snapshot import RollupSnapshot
 from loadwatcher.providers import source
 from loadwatcher.words import plural
 
@@ -118,7 +118,7 @@ class Persistence:
             self.recovered()
 
     async def close(
-        self, last: Snapshot | None, keys: list[tuple[str, Resource]], trim_before: float
+        self, last: RollupSnapshot | None, keys: list[tuple[str, Resource]], trim_before: float
     ) -> None:
         """Write what failed writes left, leave the whole snapshot for the next start, fold
         the WAL and close the file."""

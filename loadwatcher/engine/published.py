@@ -1,4 +1,4 @@
-"""A Snapshot rendered to response bytes, so that requests never compute on the event loop.
+"""A RollupSnapshot rendered to response bytes, so that requests never compute on the event loop.
 
 The body every scheduler asks for — the default format of the default window — is rendered,
 gzip-compressed and hashed when the snapshot is published, in the cycle's worker thread.
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from isal import igzip, igzip_lib, isal_zlib
 
-from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.pipeline.snapshot import RollupSnapshot
 from loadwatcher.wire import fastencode, formats
 from loadwatcher.wire.formats import Format
 
@@ -111,7 +111,9 @@ def compressed(parts: list[bytes]) -> Body:
     return Body(gz, _etag(gz), size)
 
 
-def render_body(snapshot: Snapshot, window: str, fmt: Format, node: str | None) -> Body | None:
+def render_body(
+    snapshot: RollupSnapshot, window: str, fmt: Format, node: str | None
+) -> Body | None:
     """The body for a window and format, all nodes or one (None if that node has no data)."""
     parts = fastencode.encode_parts(snapshot, window, fmt, only=node)
     return None if parts is None else compressed(parts)
@@ -121,7 +123,7 @@ def render_body(snapshot: Snapshot, window: str, fmt: Format, node: str | None) 
 class Published:
     """A snapshot and the bodies rendered from it so far."""
 
-    snapshot: Snapshot
+    snapshot: RollupSnapshot
     _bodies: dict[BodyKey, Body | None] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _pending: dict[BodyKey, asyncio.Future[Body | None]] = field(default_factory=dict)
@@ -159,7 +161,7 @@ class Published:
         return await asyncio.shield(pending)
 
 
-def publish(snapshot: Snapshot) -> Published:
+def publish(snapshot: RollupSnapshot) -> Published:
     """Render the default body (CPU work: run it in a worker thread)."""
     pub = Published(snapshot)
     pub.body_now(pub.key(None, Format.DEFAULT))

@@ -17,7 +17,7 @@ from loadwatcher.engine import freshness, published
 from loadwatcher.errors import JournalError
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.pipeline import ageing, snapshot
-from loadwatcher.pipeline.snapshot import Snapshot, SnapshotWithoutWindows
+from loadwatcher.pipeline.snapshot import RollupSnapshot, SnapshotWithoutWindows
 from loadwatcher.pipeline.store import SampleStore
 from loadwatcher.words import plural
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("loadwatcher.engine")
 
-Saved = Snapshot | SnapshotWithoutWindows | None
+Saved = RollupSnapshot | SnapshotWithoutWindows | None
 
 
 async def restore(
@@ -34,14 +34,14 @@ async def restore(
     store: SampleStore,
     clock: Callable[[], float],
     retention_s: float,
-    serve: Callable[[Snapshot], Awaitable[None]],
+    serve: Callable[[RollupSnapshot], Awaitable[None]],
     future_tolerance_s: float,
 ) -> None:
     """Read the open ``journal`` into ``store`` and hand the snapshot to ``serve`` as soon
     as there is one. Samples, and the snapshot, pass the checks fresh samples pass: none
     more than ``future_tolerance_s`` ahead of the clock. Raises JournalError."""
 
-    async def serve_and_say(snap: Snapshot) -> None:
+    async def serve_and_say(snap: RollupSnapshot) -> None:
         await serve(snap)
         log.info(
             "serving the journal's snapshot from %.0f s ago (%s)",
@@ -58,7 +58,7 @@ async def restore(
             saved.taken_at - clock(),
         )
         saved = None
-    if isinstance(saved, Snapshot):
+    if isinstance(saved, RollupSnapshot):
         await serve_and_say(saved)
     keep_from = clock() - retention_s
     stored = await journal.load_samples(load_from(saved, keep_from, retention_s), until)
@@ -103,7 +103,7 @@ async def recover(engine: Engine) -> None:
     loaded = asyncio.Event()
     agers: list[asyncio.Task[None]] = []
 
-    async def serve_aged(snap: Snapshot) -> None:
+    async def serve_aged(snap: RollupSnapshot) -> None:
         # Its tags were true when it was taken; served now, they must be true now, and
         # while the samples load (seconds, for a large journal) as between cycles.
         snap = freshness.aged(engine, snap, engine.clock())

@@ -20,7 +20,7 @@ from loadwatcher.http.statuslist import LABELS, ListOptions, ago, badge
 from loadwatcher.http.statusrows import Row
 from loadwatcher.http.timeline import Trace
 from loadwatcher.model import WINDOWS, WIRE_OPERATORS, Operator, Resource
-from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.pipeline.snapshot import RollupSnapshot
 from loadwatcher.words import plural
 
 _OPERATORS = WIRE_OPERATORS  # every operator, in wire order
@@ -35,7 +35,7 @@ _TITLES = {
 }
 
 
-def _stats(snap: Snapshot, node: str, resource: Resource) -> dict[str, dict[str, float]]:
+def _stats(snap: RollupSnapshot, node: str, resource: Resource) -> dict[str, dict[str, float]]:
     """``{window: {operator: value, "count": n}}`` for one series (windows without it left out)."""
     try:
         sid = snap.keys.index((node, resource))
@@ -98,7 +98,7 @@ def _facts(items: dict[str, Any], element_id: str, empty: str) -> str:
 
 
 def render(
-    snap: Snapshot,
+    snap: RollupSnapshot,
     row: Row,
     traces: dict[tuple[str, Resource], Trace],
     back: ListOptions,

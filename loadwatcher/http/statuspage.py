@@ -44,7 +44,7 @@ from loadwatcher.http.appkeys import ENGINE_KEY, RECEIVING_KEY
 from loadwatcher.http.params import BadRequest, checked
 from loadwatcher.http.statuslist import CHARTED, ListOptions
 from loadwatcher.model import LONGEST_WINDOW_S, WINDOWS, Resource
-from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.pipeline.snapshot import RollupSnapshot
 from loadwatcher.pipeline.store import Held
 from loadwatcher.words import plural
 
@@ -136,7 +136,7 @@ def _gone(snap_info: Mapping[str, Any], now: float) -> str:
 
 def _summary(
     health: dict[str, Any],
-    snap: Snapshot | None,
+    snap: RollupSnapshot | None,
     f: statusrows.Fleet | None,
     drops: Dropped,
     now: float,
@@ -183,7 +183,7 @@ def _traces(
 
 
 def render(
-    snap: Snapshot | None,
+    snap: RollupSnapshot | None,
     health: dict[str, Any],
     *,
     now: float,
@@ -207,7 +207,7 @@ def render(
 
 
 def rendered(
-    snap: Snapshot | None,
+    snap: RollupSnapshot | None,
     health: dict[str, Any],
     *,
     now: float,

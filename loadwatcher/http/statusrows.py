@@ -18,7 +18,7 @@ import numpy as np
 from loadwatcher import quantity
 from loadwatcher._types import FloatArray
 from loadwatcher.model import WINDOWS, Operator, Resource
-from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.pipeline.snapshot import RollupSnapshot
 
 # Sort keys; ``-key`` reverses one. ``quality`` is worst first (the default: problem nodes
 # lead), ``cpu`` and ``memory`` the shown window's AVG lowest first (``-cpu``: busiest),
@@ -65,7 +65,7 @@ class Fleet:
     ``last_sample[i]`` is NaN when the analyser gave none.
     """
 
-    snap: Snapshot
+    snap: RollupSnapshot
     nodes: list[str]
     quality: list[str]
     last_sample: FloatArray
@@ -107,7 +107,7 @@ class Fleet:
         )
 
 
-def _cell(snap: Snapshot, sid: int, window: str) -> Cell | None:
+def _cell(snap: RollupSnapshot, sid: int, window: str) -> Cell | None:
     stats = snap.windows[window]
     where = int(stats.sids.searchsorted(sid))
     if where >= stats.sids.shape[0] or int(stats.sids[where]) != sid:
@@ -164,7 +164,7 @@ def bands(values: FloatArray) -> np.ndarray:
     return np.searchsorted(np.asarray(BANDS), values, side="right")
 
 
-def fleet(snap: Snapshot) -> Fleet:
+def fleet(snap: RollupSnapshot) -> Fleet:
     """Every node that has samples in some window or tags from the analyser."""
     keys = snap.keys
     held = np.unique(np.concatenate([snap.windows[w.name].sids for w in WINDOWS]))

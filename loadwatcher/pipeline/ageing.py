@@ -17,14 +17,14 @@ import numpy as np
 
 from loadwatcher.model import WINDOWS, Resource
 from loadwatcher.pipeline.analysis import QUALITIES, SEVERITY, Quality, Report
-from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.pipeline.snapshot import RollupSnapshot
 
 Tags = dict[str, dict[str, Any]]
 
 _STALE = SEVERITY[Quality.STALE]
 
 
-def _newest(snap: Snapshot) -> tuple[list[int], np.ndarray]:
+def _newest(snap: RollupSnapshot) -> tuple[list[int], np.ndarray]:
     longest = snap.windows[WINDOWS[-1].name]
     return longest.sids.tolist(), np.asarray(longest.newest, np.float64)
 
@@ -36,7 +36,7 @@ def _severity(quality: object) -> int:
         return _STALE
 
 
-def aged(snap: Snapshot, now: float, stale_after_s: float) -> Tags | None:
+def aged(snap: RollupSnapshot, now: float, stale_after_s: float) -> Tags | None:
     """``snap``'s tags as of ``now``, or None when they need no change: a node with a series
     whose newest sample is more than ``stale_after_s`` old is ``stale`` (with its true
     ``lastSample``), and a node without a quality gets one (``stale``, or ``low_coverage``
@@ -92,7 +92,7 @@ def aged(snap: Snapshot, now: float, stale_after_s: float) -> Tags | None:
     return {**tags, **changed}
 
 
-def stale_at(snap: Snapshot, now: float, stale_after_s: float) -> float | None:
+def stale_at(snap: RollupSnapshot, now: float, stale_after_s: float) -> float | None:
     """When the next series of ``snap`` that is fresh at ``now`` turns stale (None: none is
     fresh)."""
     _, newest = _newest(snap)

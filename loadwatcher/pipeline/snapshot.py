@@ -21,7 +21,7 @@ WHOLE_FORMAT = 2
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class RollupSnapshot:
     """Rollups of every window at ``taken_at``, plus what the wire needs to describe nodes.
 
     ``keys[sid]`` is the (node, resource) of series id ``sid`` used in ``windows``.
@@ -59,11 +59,11 @@ def build(
     metric_names: dict[Resource, str],
     tags: dict[str, dict[str, Any]],
     node_info: dict[str, dict[str, str]],
-) -> Snapshot:
+) -> RollupSnapshot:
     """Compute every window's rollups at ``now`` (pure)."""
     _, end = rollups.window_bounds(now, WINDOWS[0])
     windows = rollups.compute_windows(cols, len(keys), WINDOWS, end)
-    return Snapshot(now, source, tuple(keys), windows, dict(metric_names), tags, node_info)
+    return RollupSnapshot(now, source, tuple(keys), windows, dict(metric_names), tags, node_info)
 
 
 # The two journal forms of a snapshot, told apart by their first four bytes:
@@ -94,7 +94,7 @@ class SnapshotWithoutWindows:
     tags: dict[str, dict[str, Any]]
     node_info: dict[str, dict[str, str]]
 
-    def build(self, cols: Columns, keys: list[tuple[str, Resource]]) -> Snapshot:
+    def build(self, cols: Columns, keys: list[tuple[str, Resource]]) -> RollupSnapshot:
         # Only the tagged nodes: every node served had tags, and a node the backend's node
         # list had left out (``members``) had none, though its samples are in the journal.
         newest = np.full(len(keys), -np.inf)
@@ -110,7 +110,7 @@ class SnapshotWithoutWindows:
         )
 
 
-def encode_without_windows(snap: Snapshot) -> bytes:
+def encode_without_windows(snap: RollupSnapshot) -> bytes:
     """The form written every cycle (``LWS3``): ``snap`` without its windows, compressed."""
     doc = {
         "format": WITHOUT_WINDOWS_FORMAT,
@@ -123,7 +123,7 @@ def encode_without_windows(snap: Snapshot) -> bytes:
     return _WITHOUT_WINDOWS_MAGIC + igzip.compress(orjson.dumps(doc), 1, mtime=0)
 
 
-def encode_whole(snap: Snapshot) -> bytes:
+def encode_whole(snap: RollupSnapshot) -> bytes:
     """The form written at a clean stop (``LWS2``): the whole snapshot, windows included.
 
     The JSON header holds the small, irregular parts (keys, tags, node facts, window
@@ -153,7 +153,7 @@ def encode_whole(snap: Snapshot) -> bytes:
     return b"".join([_HEADER.pack(_WHOLE_MAGIC, len(header)), header, *arrays])
 
 
-def decode(body: bytes) -> Snapshot | SnapshotWithoutWindows:
+def decode(body: bytes) -> RollupSnapshot | SnapshotWithoutWindows:
     """Either journal form back; ValueError when ``body`` is neither."""
     if body.startswith(_WITHOUT_WINDOWS_MAGIC):
         return _decode_without_windows(body)
@@ -178,7 +178,7 @@ def _decode_without_windows(body: bytes) -> SnapshotWithoutWindows:
         raise ValueError(f"not a snapshot: {exc}") from exc
 
 
-def _decode_whole(body: bytes) -> Snapshot:
+def _decode_whole(body: bytes) -> RollupSnapshot:
     try:
         _, n_header = _HEADER.unpack_from(body)
         at = _HEADER.size + n_header
@@ -206,7 +206,7 @@ def _decode_whole(body: bytes) -> Snapshot:
             )
         if at != len(body):
             raise ValueError("snapshot has trailing bytes")
-        return Snapshot(
+        return RollupSnapshot(
             taken_at=float(doc["taken_at"]),
             source=str(doc["source"]),
             keys=tuple((str(n), Resource(r)) for n, r in doc["keys"]),

@@ -29,7 +29,7 @@ from loadwatcher.pipeline import analysis
 from loadwatcher.pipeline.analysis import SEVERITY, Quality, Thresholds
 from loadwatcher.pipeline.plausible import OVER_100_TOLERANCE
 from loadwatcher.pipeline.rollups import WindowStats
-from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.pipeline.snapshot import RollupSnapshot
 
 ROLLUPS_TAG = "rollups"
 FROM_BACKEND = "backend"
@@ -42,7 +42,7 @@ def build(
     metric_names: dict[Resource, str],
     thresholds: Thresholds,
     node_info: dict[str, dict[str, str]] | None = None,
-) -> tuple[Snapshot, analysis.Report]:
+) -> tuple[RollupSnapshot, analysis.Report]:
     """The snapshot of ``summary`` at ``now`` and its quality report."""
     avg, std = summary.avg, summary.std
     usable = np.isfinite(avg) & np.isfinite(std) & (std >= 0)
@@ -78,7 +78,7 @@ def build(
         newest,
         {Operator.AVG: avg, Operator.STD: std},
     )
-    snap = Snapshot(
+    snap = RollupSnapshot(
         now, source, tuple(keys), windows, dict(metric_names), tags, dict(node_info or {})
     )
     return snap, analysis.Report(tags, report.by_quality)

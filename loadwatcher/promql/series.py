@@ -29,7 +29,7 @@ import numpy as np
 
 from loadwatcher._types import IntArray
 from loadwatcher.model import Resource
-from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.pipeline.snapshot import RollupSnapshot
 from loadwatcher.pipeline.store import Held
 from loadwatcher.promql.storage import Index, SeriesSet, Storage, series_set
 from loadwatcher.promql.values import Labels
@@ -49,7 +49,7 @@ RAW_NAMES: dict[Resource, str] = {
 _ROLLUP_NAMES, _RAW_NAMES = frozenset(ROLLUP_NAMES.values()), frozenset(RAW_NAMES.values())
 
 
-def _quality(snap: Snapshot, node: str, resource: Resource) -> str:
+def _quality(snap: RollupSnapshot, node: str, resource: Resource) -> str:
     tags = snap.tags.get(node, {})
     detail = tags.get("detail") or {}
     return str(detail.get(str(resource), tags.get("quality", "ok")))
@@ -84,7 +84,7 @@ class _Labels(Sequence[Labels]):
         return tuple((name, values[codes[i]]) for name, values, codes in self._columns)
 
 
-def rollups(snap: Snapshot) -> SeriesSet:
+def rollups(snap: RollupSnapshot) -> SeriesSet:
     """Every rollup of the snapshot as a series with one sample at its time."""
     at = round(snap.taken_at * 1000)
     nodes, node_of_sid = _codes([node for node, _ in snap.keys])
@@ -195,7 +195,7 @@ class Sources:
         with self._lock:
             return len(self._sets)
 
-    def storage(self, snap: Snapshot | None, held: Held | None) -> Storage:
+    def storage(self, snap: RollupSnapshot | None, held: Held | None) -> Storage:
         """The rollups of ``snap`` and the samples of ``held``, each built (or taken from
         the cache) when a query first reads it."""
         parts: list[tuple[frozenset[str] | None, Callable[[], SeriesSet]]] = []

@@ -69,7 +69,7 @@ class WatcherOptions:
             raise ValueError("--stale-share plus --frozen-share must not exceed 1")
 
 
-def read_window(snap: snapshot.Snapshot, window: str, exact: bool) -> Snapshot:
+def read_window(snap: snapshot.RollupSnapshot, window: str, exact: bool) -> Snapshot:
     """The ``/watcher`` document of one window as the client reads it. ``exact``: through
     its JSON bytes and ``load_snapshot`` (schema-checked), as ``score`` reads a saved
     document; otherwise the client's own reader on the document without the round trip

@@ -32,7 +32,7 @@ import orjson
 
 from loadwatcher.model import Operator, Resource
 from loadwatcher.pipeline.rollups import WindowStats
-from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.pipeline.snapshot import RollupSnapshot
 from loadwatcher.wire.formats import Format
 
 _RESOURCES = tuple(Resource)
@@ -46,7 +46,7 @@ _MARK = b"\x00"
 
 
 def _prefixes(
-    snap: Snapshot, resource: Resource, window: str, fmt: Format, ops: tuple[Operator, ...]
+    snap: RollupSnapshot, resource: Resource, window: str, fmt: Format, ops: tuple[Operator, ...]
 ) -> list[bytes]:
     """``{"name":...,"value":`` for each of ``ops`` of one resource, as orjson writes it."""
     name = snap.metric_names.get(resource, str(resource))
@@ -72,7 +72,7 @@ def _separator_table(prefixes: list[list[bytes]]) -> np.ndarray:
 
 
 def _ordered_rows(
-    snap: Snapshot, sids: np.ndarray, only: str | None
+    snap: RollupSnapshot, sids: np.ndarray, only: str | None
 ) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
     """The window's rows in wire order (by node name, then resource order), as
     (row indices, their resource codes, the nodes in order, each node's first position)."""
@@ -113,7 +113,7 @@ def _numbers(stats: WindowStats, rows: np.ndarray) -> list[bytes]:
 
 
 def _text_around_nodes(
-    snap: Snapshot,
+    snap: RollupSnapshot,
     window: str,
     fmt: Format,
     nodes: list[str],
@@ -142,7 +142,7 @@ def _text_around_nodes(
     return around
 
 
-def encode(snap: Snapshot, window: str, fmt: Format, only: str | None = None) -> bytes | None:
+def encode(snap: RollupSnapshot, window: str, fmt: Format, only: str | None = None) -> bytes | None:
     """The body of ``window`` in ``fmt``, all nodes or only ``only`` (None if it has no rows)."""
     parts = encode_parts(snap, window, fmt, only)
     if parts is None:
@@ -155,7 +155,7 @@ def encode(snap: Snapshot, window: str, fmt: Format, only: str | None = None) ->
 
 
 def encode_parts(
-    snap: Snapshot, window: str, fmt: Format, only: str | None = None
+    snap: RollupSnapshot, window: str, fmt: Format, only: str | None = None
 ) -> list[bytes] | None:
     """``encode``'s body as the pieces that make it, in order: for a compressor to take a
     stretch at a time without the whole text ever being held."""

@@ -1,6 +1,6 @@
-"""Wire formats of a Snapshot: the Go load-watcher format and the KEP appendix format.
+"""Wire formats of a RollupSnapshot: the Go load-watcher format and the KEP appendix format.
 
-Pure functions from a Snapshot to plain data; ``encode`` turns that into bytes once.
+Pure functions from a RollupSnapshot to plain data; ``encode`` turns that into bytes once.
 Default format (what the Go Trimaran client decodes; keys are case-sensitive)::
 
     {"timestamp": 1700000000, "window": {"duration": "15m", "start": ..., "end": ...},
@@ -22,12 +22,12 @@ import orjson
 
 from loadwatcher.model import WINDOWS, Resource
 from loadwatcher.model import Format as Format  # where the wire code has always found it
-from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.pipeline.snapshot import RollupSnapshot
 
 _RESOURCE_ORDER = {r: i for i, r in enumerate(Resource)}
 
 
-def pick_window(snap: Snapshot, requested: str | None) -> str:
+def pick_window(snap: RollupSnapshot, requested: str | None) -> str:
     """The requested window, or the longest one that has data (15m, then 10m, then 5m)."""
     if requested is not None:
         return requested
@@ -37,7 +37,9 @@ def pick_window(snap: Snapshot, requested: str | None) -> str:
     return WINDOWS[-1].name
 
 
-def document(snap: Snapshot, window: str, fmt: Format, only: str | None = None) -> dict[str, Any]:
+def document(
+    snap: RollupSnapshot, window: str, fmt: Format, only: str | None = None
+) -> dict[str, Any]:
     """The response document for one window, all nodes or only node ``only``."""
     stats = snap.windows[window]
     sids = stats.sids.tolist()

@@ -11,7 +11,7 @@ import pytest
 
 from loadwatcher.engine import Engine
 from loadwatcher.model import WIRE_OPERATORS, Operator, Resource
-from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.pipeline.snapshot import RollupSnapshot
 from loadwatcher.providers.http import RawAnswer
 from loadwatcher.providers.prometheus.provider import PrometheusProvider
 from tests.support.backends import openmetrics_text
@@ -21,8 +21,8 @@ from tests.support.synth import node_history
 pytestmark = pytest.mark.backend
 
 
-def published(engine: Engine) -> list[Snapshot]:
-    seen: list[Snapshot] = []
+def published(engine: Engine) -> list[RollupSnapshot]:
+    seen: list[RollupSnapshot] = []
 
     def record() -> None:
         assert engine.current is not None
@@ -32,7 +32,7 @@ def published(engine: Engine) -> list[Snapshot]:
     return seen
 
 
-def by_key(snap: Snapshot, op: Operator) -> dict[tuple[str, str], float]:
+def by_key(snap: RollupSnapshot, op: Operator) -> dict[tuple[str, str], float]:
     stats = snap.windows["15m"]
     return {
         (snap.keys[s][0], str(snap.keys[s][1])): v
@@ -40,7 +40,7 @@ def by_key(snap: Snapshot, op: Operator) -> dict[tuple[str, str], float]:
     }
 
 
-def assert_pushed_down_as_ours(first: Snapshot, raw: Snapshot) -> None:
+def assert_pushed_down_as_ours(first: RollupSnapshot, raw: RollupSnapshot) -> None:
     """The backend's AVG and STD (the first look) equal the raw rollups' (parity)."""
     for op in (Operator.AVG, Operator.STD):
         pushed_down, ours = by_key(first, op), by_key(raw, op)

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from loadwatcher import app
 from loadwatcher.engine import Engine
-from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.pipeline.snapshot import RollupSnapshot
 from loadwatcher.providers import registry
 from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
@@ -64,7 +64,7 @@ def engine_of(env: dict[str, str]) -> Engine:
     return app.build_engine(settings(env))
 
 
-def snapshot(engine: Engine) -> Snapshot:
+def snapshot(engine: Engine) -> RollupSnapshot:
     assert engine.current is not None, "nothing published"
     return engine.current.snapshot
 

@@ -32,13 +32,13 @@ def make_store(nodes: int = 3) -> SampleStore:
     return store
 
 
-def snapshot_of(store: SampleStore) -> snapshot.Snapshot:
+def snapshot_of(store: SampleStore) -> snapshot.RollupSnapshot:
     nodes = sorted({node for node, _ in store.keys})
     tags = {node: {"quality": "ok", "lastSample": 990} for node in nodes}
     return snapshot.build(store.columns, list(store.keys), 999.5, "Prometheus", NAMES, tags, {})
 
 
-def make_snapshot(nodes: int = 3) -> snapshot.Snapshot:
+def make_snapshot(nodes: int = 3) -> snapshot.RollupSnapshot:
     return snapshot_of(make_store(nodes))
 
 

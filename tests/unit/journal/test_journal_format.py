@@ -29,7 +29,7 @@ def cols(sid: list[int], ts: list[float], val: list[float]) -> Columns:
     return Columns(np.asarray(sid, np.int64), np.asarray(ts, float), np.asarray(val, float))
 
 
-def make_snapshot_and_store(nodes: int = 4) -> tuple[snapshot.Snapshot, SampleStore]:
+def make_snapshot_and_store(nodes: int = 4) -> tuple[snapshot.RollupSnapshot, SampleStore]:
     store = SampleStore()
     ts = np.arange(0.0, 1000.0, 15.0)
     rng = np.random.default_rng(7)
@@ -48,11 +48,11 @@ def make_snapshot_and_store(nodes: int = 4) -> tuple[snapshot.Snapshot, SampleSt
     return snap, store
 
 
-def make_snapshot(nodes: int = 4) -> snapshot.Snapshot:
+def make_snapshot(nodes: int = 4) -> snapshot.RollupSnapshot:
     return make_snapshot_and_store(nodes)[0]
 
 
-def assert_same(a: snapshot.Snapshot, b: snapshot.Snapshot) -> None:
+def assert_same(a: snapshot.RollupSnapshot, b: snapshot.RollupSnapshot) -> None:
     assert (a.taken_at, a.source, a.keys, a.metric_names) == (
         b.taken_at,
         b.source,
@@ -83,7 +83,7 @@ def test_the_journal_keeps_the_snapshot_without_windows_and_rebuilds_the_same_on
 def test_the_whole_snapshot_written_at_shutdown_reads_back_exactly() -> None:
     snap = make_snapshot()
     back = snapshot.decode(snapshot.encode_whole(snap))
-    assert isinstance(back, snapshot.Snapshot)
+    assert isinstance(back, snapshot.RollupSnapshot)
     assert_same(snap, back)
 
 

@@ -18,7 +18,7 @@ from loadwatcher.promql.storage import Matcher
 NOW = 1_700_000_000.0
 
 
-def build(nodes: int = 3) -> tuple[SampleStore, snapshot.Snapshot]:
+def build(nodes: int = 3) -> tuple[SampleStore, snapshot.RollupSnapshot]:
     times = np.arange(NOW - 900, NOW + 1, 15.0)
     data = []
     for i in range(nodes):

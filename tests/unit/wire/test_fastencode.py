@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from loadwatcher.model import WINDOWS, WIRE_OPERATORS, Resource
 from loadwatcher.pipeline.rollups import WindowStats
-from loadwatcher.pipeline.snapshot import Snapshot
+from loadwatcher.pipeline.snapshot import RollupSnapshot
 from loadwatcher.wire import fastencode, formats
 from loadwatcher.wire.formats import Format
 from tests.support.fuzzing import examples
@@ -30,7 +30,7 @@ def snapshot_of(
     metric_names: dict[Resource, str] | None = None,
     tags: dict[str, dict[str, Any]] | None = None,
     node_info: dict[str, dict[str, str]] | None = None,
-) -> Snapshot:
+) -> RollupSnapshot:
     """A snapshot whose every window holds ``values[i]`` (one row per wire operator) for
     series ``present[i]`` (all series when None)."""
     sids = np.asarray(present if present is not None else range(len(keys)), np.int64)
@@ -46,7 +46,7 @@ def snapshot_of(
         )
         for w in WINDOWS
     }
-    return Snapshot(
+    return RollupSnapshot(
         taken_at=1_700_000_000.7,
         source=source,
         keys=tuple(keys),
@@ -57,7 +57,7 @@ def snapshot_of(
     )
 
 
-def assert_same_bytes(snap: Snapshot, only: str | None = None) -> None:
+def assert_same_bytes(snap: RollupSnapshot, only: str | None = None) -> None:
     for window in (w.name for w in WINDOWS):
         for fmt in Format:
             doc = formats.document(snap, window, fmt, only=only)
