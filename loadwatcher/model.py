@@ -6,7 +6,7 @@ values as float64 percent of node capacity), never as per-sample Python objects.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from operator import itemgetter
@@ -165,6 +165,23 @@ class SeriesBatch:
             np.concatenate([b.ts for b in batches]),
             np.concatenate([b.values for b in batches]),
         )
+
+    @staticmethod
+    def joined(parts: Iterable[Series | SeriesBatch]) -> SeriesBatch:
+        """One batch of everything in ``parts`` (series and batches), in order."""
+        batches: list[SeriesBatch] = []
+        run: list[Series] = []
+        for part in parts:
+            if isinstance(part, SeriesBatch):
+                if run:
+                    batches.append(SeriesBatch.of(run))
+                    run = []
+                batches.append(part)
+            else:
+                run.append(part)
+        if run or not batches:
+            batches.append(SeriesBatch.of(run))
+        return SeriesBatch.concat(batches)
 
     @property
     def nodes(self) -> frozenset[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from loadwatcher.config import spec
+from loadwatcher.config import query, spec
 from loadwatcher.config.parsers import ProviderNames
 from loadwatcher.config.spec import Section, Spec
 
@@ -63,7 +63,7 @@ class Catalogue:
             spec.ANALYSIS,
             spec.corroborate_section(self.names),
             spec.HEALTH,
-            spec.QUERY,
+            query.QUERY,
             spec.LOG,
         )
         self.section_names = tuple(section.name for section in self.sections)

@@ -19,15 +19,13 @@ from loadwatcher.config.settings import (
     LogSettings,
     PollSettings,
     ProviderSettings,
-    QuerySettings,
     ServerSettings,
 )
 
 S = TypeVar("S")
 
-# Measured: the cold-start answer of one resource (1020 s of raw samples every 15 s) from a real
-# Prometheus is about 2,470 bytes per node, so ~47 MiB for 20,000 nodes; 1.5x that, rounded up
-# to a power of two.
+# Room for a cold-start answer of one resource (the retention's raw samples) at 20,000 nodes,
+# with half as much again to spare.
 DEFAULT_MAX_ANSWER_BYTES = 128 * 2**20
 
 
@@ -338,56 +336,6 @@ def corroborate_section(names: ProviderNames) -> Section[CorroborateSettings]:
             ),
         ),
     )
-
-
-QUERY = Section(
-    "query",
-    QuerySettings,
-    (
-        Spec(
-            "query.timeout_s",
-            parse.positive_seconds,
-            10.0,
-            "a PromQL API query that has not answered this long after it arrived (its wait "
-            "for a free evaluator included) answers 503 timeout; a shorter timeout parameter "
-            "of the request wins (Prometheus's --query.timeout)",
-        ),
-        Spec(
-            "query.max_concurrency",
-            parse.positive_int,
-            2,
-            "PromQL API queries evaluated at once; the others wait their turn within their "
-            "timeout (Prometheus's --query.max-concurrency)",
-        ),
-        Spec(
-            "query.max_samples",
-            parse.positive_int,
-            50_000_000,
-            "samples one query may read through its range windows, a sample counted in each "
-            "window it is in; beyond, 422 execution (Prometheus's --query.max-samples)",
-        ),
-        Spec(
-            "query.max_points",
-            parse.positive_int,
-            4_000_000,
-            "series × steps one query may hold in its instant vectors, summed: what its "
-            "memory grows with; beyond, 422 execution",
-        ),
-        Spec(
-            "query.max_series",
-            parse.positive_int,
-            50_000,
-            "series one answer of query, query_range or series may hold; beyond, 422 execution",
-        ),
-        Spec(
-            "query.lookback_delta_s",
-            parse.positive_seconds,
-            300.0,
-            "how far back an instant selector looks for a series' newest sample "
-            "(Prometheus's --query.lookback-delta)",
-        ),
-    ),
-)
 
 
 LOG = Section(

@@ -13,10 +13,8 @@ samples already held when the clock steps back. A series with no sample left in 
 retention is forgotten (``forget_idle``): under node churn the store holds the nodes of
 the retention, not every node ever seen.
 
-Staleness markers (Prometheus's, ``plausible.STALE``, sent by a writer when a series ends) are
-held beside the samples in columns of their own, under the same retention and numbering:
-they end a series for the PromQL API and are journaled with the samples, but they are no
-sample to any rollup or judgement.
+Staleness markers (``ends``) are held beside the samples in columns of their own, under the
+same retention and numbering.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ import numpy as np
 
 from loadwatcher._types import BoolArray
 from loadwatcher.model import Columns, FloatArray, IntArray, Resource, Series, SeriesBatch
-from loadwatcher.pipeline import bytime, merge, plausible
+from loadwatcher.pipeline import bytime, ends, merge, plausible
 
 
 @dataclass(frozen=True)
@@ -192,7 +190,7 @@ class SampleStore:
         clock: float | None,
         keep_older: bool = False,
     ) -> AddResult:
-        batch = _concatenated(parts)
+        batch = SeriesBatch.joined(parts)
         if keep_from is not None:
             self._ends = merge.since(self._ends, keep_from)
         dropped = {"non_finite": 0, "negative": 0, "over_100": 0}
@@ -260,42 +258,14 @@ class SampleStore:
             self._cols = merge.merge(self._cols, added)
         else:
             self._cols = merge.merge_trimmed(self._cols, added, keep_from, len(self._keys))
-        if len(self._ends) and len(added):
-            # A time holds a sample or a marker, never both: the sample stands.
-            n = len(self._keys)
-            self._ends = merge.masked(
-                self._ends, ~bytime.holds(added, n, self._ends.sid, self._ends.ts)
-            )
+        n = len(self._keys)
+        self._ends = ends.yielding(self._ends, added, n)
         if marks is not None:  # after the samples: a time with a sample keeps it
-            ended, twice = self._end(*marks, keep_from, dropped)
+            self._ends, ended, twice = ends.taken(
+                self._ends, self._cols, n, *marks, keep_from, dropped
+            )
             added, repeated = merge.joined([added, ended]), repeated + twice
         return AddResult(added, dropped, offered, ahead_s, future_nodes, repeated)
-
-    def _end(
-        self, sid: IntArray, ts: FloatArray, keep_from: float | None, dropped: dict[str, int]
-    ) -> tuple[Columns, int]:
-        """Take staleness markers of series ``sid`` at ``ts``: those the retention keeps, at
-        times their series holds neither a marker nor a sample. Returns them and how many
-        were held or given twice."""
-        if keep_from is not None:
-            old = ts < keep_from
-            if old.any():
-                dropped["too_old"] = dropped.get("too_old", 0) + int(old.sum())
-                sid, ts = sid[~old], ts[~old]
-        order = np.lexsort((ts, sid))
-        sid, ts = sid[order], ts[order]
-        first = np.ones(sid.shape[0], bool)
-        first[1:] = (sid[1:] != sid[:-1]) | (ts[1:] != ts[:-1])
-        new = first.copy()
-        n = len(self._keys)
-        at = np.flatnonzero(first)
-        new[at] = ~bytime.holds(self._ends, n, sid[at], ts[at])
-        at = np.flatnonzero(new)
-        new[at] = ~bytime.holds(self._cols, n, sid[at], ts[at])
-        taken = Columns(sid[new], ts[new], np.full(int(new.sum()), plausible.STALE))
-        if len(taken):
-            self._ends = bytime.merge(self._ends, taken, n)
-        return taken, int(new.shape[0] - np.count_nonzero(new))
 
     def load(self, keys: list[tuple[str, Resource]], cols: Columns) -> None:
         """Replace the content with samples recovered from the journal: ``keys`` unique (the
@@ -305,10 +275,10 @@ class SampleStore:
         self._keys, self._index = list(keys), {key: i for i, key in enumerate(keys)}
         self._newest = np.full(max(16, len(keys)), -np.inf)
         sid = cols.sid.astype(SID, copy=False)
-        ends = plausible.stale(cols.val)
+        marker = plausible.stale(cols.val)
         cols = Columns(sid, cols.ts, cols.val)
         # The journal holds both in one table.
-        self._cols, self._ends = merge.masked(cols, ~ends), merge.masked(cols, ends)
+        self._cols, self._ends = merge.masked(cols, ~marker), merge.masked(cols, marker)
         self._epoch += 1
         if len(self._cols):
             np.maximum.at(self._newest, self._cols.sid, self._cols.ts)
@@ -361,13 +331,13 @@ class SampleStore:
             return None
         return self._keep_series(alive, self._cols, self._ends)
 
-    def _keep_series(self, alive: BoolArray, cols: Columns, ends: Columns) -> IntArray:
+    def _keep_series(self, alive: BoolArray, cols: Columns, held_ends: Columns) -> IntArray:
         """Keep the ``alive`` series of ``cols`` and ``ends``, numbered afresh in their old
         order; the new id of every old id (-1: forgotten)."""
         n = len(self._keys)
         renumber = np.where(alive, np.cumsum(alive) - 1, -1).astype(np.int64)
         cols = merge.renumbered(cols, renumber)
-        ends = merge.renumbered(ends, renumber)
+        held_ends = merge.renumbered(held_ends, renumber)
         keys = list(compress(self._keys, alive.tolist()))
         newest = np.full(max(16, len(keys)), -np.inf)
         newest[: len(keys)] = self._newest[:n][alive]
@@ -375,7 +345,7 @@ class SampleStore:
         # Computed first, swapped in together: the odd epoch spans only the assignments.
         self._epoch += 1
         self._keys, self._index, self._cols, self._newest = keys, index, cols, newest
-        self._ends = ends
+        self._ends = held_ends
         self._epoch += 1
         return renumber
 
@@ -415,20 +385,3 @@ def combined(results: list[AddResult]) -> AddResult:
         frozenset().union(*(r.future_nodes for r in results)),
         sum(r.repeated for r in results),
     )
-
-
-def _concatenated(parts: Iterable[Series | SeriesBatch]) -> SeriesBatch:
-    """One batch of everything in ``parts``, in order."""
-    batches: list[SeriesBatch] = []
-    run: list[Series] = []
-    for part in parts:
-        if isinstance(part, SeriesBatch):
-            if run:
-                batches.append(SeriesBatch.of(run))
-                run = []
-            batches.append(part)
-        else:
-            run.append(part)
-    if run or not batches:
-        batches.append(SeriesBatch.of(run))
-    return SeriesBatch.concat(batches)

@@ -35,6 +35,8 @@ from loadwatcher.providers.prometheus import rules
 from loadwatcher.providers.prometheus.answer import ParseMemo, Vector, parse_answer, parse_vector
 from loadwatcher.providers.prometheus.capacity import CapacityCache
 from loadwatcher.providers.prometheus.nodelist import NodeList
+from loadwatcher.providers.prometheus.resourcequery import Query as Query
+from loadwatcher.providers.prometheus.resourcequery import unmatched_labels
 
 DEFAULT_QUERIES = {
     Resource.CPU: "instance:node_cpu:ratio",
@@ -57,25 +59,8 @@ _SELECTOR = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[^{}]*\})?$")
 # and raise the peak from 127 to 133 MB.
 BACKFILL_SLICE_S = 128
 INSTALL_RULES = "Install the kube-prometheus node recording rules (deploy/ has a PrometheusRule)"
-# Past this share of a query's nodes unknown to the CPU and memory queries, its node label
-# names nodes otherwise.
-MOSTLY = 0.5
 # Why a query is empty is asked of Prometheus again after this long (a few small queries).
 EXPLAIN_EVERY_S = 300.0
-
-
-@dataclass(frozen=True)
-class Query:
-    """One resource's PromQL expression and the factor that makes it percent."""
-
-    resource: Resource
-    expr: str
-    scale: float
-    node_label: str | None = None  # None: the provider's
-    # Optional: answering nothing is no error (a cluster without GPUs); a query the user
-    # set says so in a note, a default says nothing.
-    optional: bool = False
-    default: bool = False
 
 
 @dataclass(frozen=True)
@@ -369,7 +354,8 @@ class PrometheusProvider:
                 await asyncio.gather(*side, return_exceptions=True)
         done = [(q, o) for q, o in zip(self.options.queries, outcomes, strict=True)]
         notes = [o.note for _, o in done if isinstance(o, _Outcome) and o.note]
-        notes += _unmatched_labels(done, self.options.node_label)
+        answered = [(q, o.batches if isinstance(o, _Outcome) else None) for q, o in done]
+        notes += unmatched_labels(answered, self.options.node_label)
         if self._capacity.note and result.known_nodes:  # no node: no size to miss
             notes.append(self._capacity.note)
         members, note = self._nodes.members(result.known_nodes)
@@ -393,28 +379,3 @@ class PrometheusProvider:
 
     async def close(self) -> None:
         await self._http.close()
-
-
-def _unmatched_labels(done: list[tuple[Query, _Outcome | BaseException]], label: str) -> list[str]:
-    """Notes for queries with a node label of their own (GPU's ``Hostname``) whose nodes are
-    mostly not the CPU and memory queries' nodes: the two labels name nodes differently,
-    and the GPU rows would be served as nodes of their own."""
-    scored: set[str] = set()
-    for q, o in done:
-        if not q.optional and isinstance(o, _Outcome):
-            scored.update(*(b.nodes for b in o.batches))
-    notes = []
-    for q, o in done:
-        if q.node_label is None or not isinstance(o, _Outcome) or not scored:
-            continue
-        theirs = set().union(*(b.nodes for b in o.batches))
-        apart = sorted(theirs - scored)
-        if apart and len(apart) > MOSTLY * len(theirs):
-            notes.append(
-                f"{q.resource} query {q.expr!r} names {len(apart)} of its {len(theirs)} nodes "
-                f"by {q.node_label!r} otherwise than the CPU query by {label!r} "
-                f"({', '.join(apart[:3])} ...): they are served as nodes of their own; "
-                f"set prometheus.{q.resource.value.split('_')[0]}_node_label or the query so "
-                "that both name the Kubernetes node"
-            )
-    return notes
