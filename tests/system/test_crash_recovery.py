@@ -19,7 +19,7 @@ from tests.support.faults import history as remote_history
 from tests.support.remote_write import push
 from tests.support.synth import node_history, node_names
 
-pytestmark = pytest.mark.backend
+pytestmark = [pytest.mark.backend, pytest.mark.alone]
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 RESTART_LIMIT_S = 2.0

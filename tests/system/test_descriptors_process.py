@@ -28,7 +28,7 @@ from tests.support.backends import openmetrics_text
 from tests.support.faults import Service
 from tests.support.synth import node_history, node_names
 
-pytestmark = pytest.mark.backend
+pytestmark = [pytest.mark.backend, pytest.mark.alone]
 
 NODES = 300  # whole-cluster gzip bodies above prepared.MIN_SPOOL_BYTES
 LIMIT = 256

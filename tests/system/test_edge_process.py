@@ -19,6 +19,8 @@ import pytest
 
 from tests.support.backends import free_port, http_request, serve_argv
 
+pytestmark = pytest.mark.alone
+
 CAP = 16
 HEADER_TIMEOUT_S = 2.0
 

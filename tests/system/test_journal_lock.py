@@ -21,7 +21,7 @@ from tests.support.backends import openmetrics_text
 from tests.support.faults import Service, journal_snapshot_time
 from tests.support.synth import node_history
 
-pytestmark = pytest.mark.backend
+pytestmark = [pytest.mark.backend, pytest.mark.alone]
 
 
 def _in_use_lines(service: Service) -> list[str]:

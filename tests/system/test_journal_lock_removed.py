@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.support.faults import Service
+
+pytestmark = pytest.mark.alone
 
 
 def test_clean_stop_removes_the_lock_file_and_only_the_holders(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ from tests.support.faults import (
 )
 from tests.support.remote_write import push
 
-pytestmark = pytest.mark.backend
+pytestmark = [pytest.mark.backend, pytest.mark.alone]
 
 KILLS = int(os.environ.get("LOADWATCHER_KILL_LOOPS", "50"))
 NODES = 40

@@ -39,7 +39,7 @@ from tests.support.backends import openmetrics_text, require_binary
 from tests.support.faults import Service, metric
 from tests.support.synth import node_history, node_names
 
-pytestmark = pytest.mark.backend
+pytestmark = [pytest.mark.backend, pytest.mark.alone]
 
 LOAD_S = float(os.environ.get("LOADWATCHER_LOAD_S", "60"))
 WARMUP_S = 5.0
