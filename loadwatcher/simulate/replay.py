@@ -257,13 +257,13 @@ def _replay(
             retry_at = t
         # Placement: the queue in arrival order, the waiting pods first when it is time.
         if base is not None and (queue or (waiting and t >= retry_at)):
-            todo = [*waiting, *queue] if t >= retry_at else queue
+            trying = [*waiting, *queue] if t >= retry_at else queue
             kept = waiting if t < retry_at else []
             seen = None
             if observe is not None and snap is not None:
                 seen = _observer(observe, snap, known, rows, pods, recent, t)
             failed, placed = _place(
-                todo, rows, trace, spec, sums, base, profile, rng, recent, pods, values, t, seen
+                trying, rows, trace, spec, sums, base, profile, rng, recent, pods, values, t, seen
             )
             recent.extend((row, t) for row in placed)
             for row in placed:

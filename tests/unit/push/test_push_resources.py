@@ -3,39 +3,15 @@
 
 from __future__ import annotations
 
-import cramjam
-import numpy as np
-
-from loadwatcher.model import Resource, SeriesBatch
-from loadwatcher.push import remote_write_pb2 as pb
+from loadwatcher.model import Resource
 from loadwatcher.push.protocols.remote_write import extra_metrics
-from loadwatcher.push.remote_write import WriteRequestBytes, decode_write_request
 from loadwatcher.push.remote_write_mapping import RemoteWriteMapping, RemoteWriteReceiver
 from tests.support.service import settings
+from tests.unit.push.test_push_mapping import CPU, MEM, as_dict, request
 
-CPU, MEM = "instance:node_cpu:ratio", "instance:node_memory_utilisation:ratio"
 GPU = "instance:node_gpu_utilisation:ratio"
 NET = "instance:node_network_utilisation:ratio"
 T = 1_700_000_000_000
-
-
-def request(*series: tuple[str, dict[str, str], list[tuple[int, float]]]) -> WriteRequestBytes:
-    wr = pb.WriteRequest()
-    for name, labels, samples in series:
-        ts = wr.timeseries.add()
-        for k, text in sorted({"__name__": name, **labels}.items()):
-            ts.labels.add(name=k, value=text)
-        for t, v in samples:
-            ts.samples.add(timestamp=t, value=v)
-    return decode_write_request(bytes(cramjam.snappy.compress_raw(wr.SerializeToString())), 1 << 24)
-
-
-def as_dict(batch: SeriesBatch) -> dict[tuple[str, Resource], list[tuple[float, float]]]:
-    first = np.cumsum(batch.lengths) - batch.lengths
-    return {
-        key: list(zip(batch.ts[a : a + n].tolist(), batch.values[a : a + n].tolist(), strict=True))
-        for key, a, n in zip(batch.keys, first.tolist(), batch.lengths.tolist(), strict=True)
-    }
 
 
 def test_gpu_and_network_rules_become_percent_beside_cpu_and_raw_series() -> None:
