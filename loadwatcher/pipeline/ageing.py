@@ -49,11 +49,13 @@ def aged(snap: RollupSnapshot, now: float, stale_after_s: float) -> Tags | None:
     keys = snap.keys
     # Only nodes with a stale series not tagged so yet, or with no quality, can change: a
     # fleet with a few drained nodes costs a few lookups a look, not a walk of every series.
+    # (A series its node's detail calls stale already, an idle exporter's, changes nothing.)
     candidates = set(untagged)
     for sid in np.asarray(sids)[stale].tolist():
-        node = keys[sid][0]
+        node, resource = keys[sid]
         old = tags.get(node, {})
-        if _severity(old.get("quality")) < _STALE or "lastSample" not in old:
+        told = (old.get("detail") or {}).get(resource.value) == str(Quality.STALE)
+        if (_severity(old.get("quality")) < _STALE and not told) or "lastSample" not in old:
             candidates.add(node)
     if not candidates:
         return None
@@ -74,10 +76,13 @@ def aged(snap: RollupSnapshot, now: float, stale_after_s: float) -> Tags | None:
         fallback = str(Quality.LOW_COVERAGE if "quality" not in old else Quality.OK)
         detail = dict(old.get("detail", {}))
         for name, (is_stale, _) in series.items():
-            detail[name] = str(Quality.STALE) if is_stale else detail.get(name, fallback)
+            if is_stale:
+                detail[name] = str(Quality.STALE)
+            elif "quality" not in old:  # as the analyser: a tagged node's detail lists the
+                detail.setdefault(name, fallback)  # resources that are not ok
         # As the analyser: judged by the scored resources it has, by all when it has none.
         judged = [name for name in series if Resource(name).scored] or list(series)
-        worst = max((_severity(detail[name]) for name in judged), default=_STALE)
+        worst = max((_severity(detail.get(name, fallback)) for name in judged), default=_STALE)
         if "quality" in old:
             worst = max(worst, _severity(old["quality"]))
         new["quality"] = str(QUALITIES[worst])

@@ -57,3 +57,20 @@ def test_no_node_is_served_fresher_than_its_newest_sample(nodes: dict[str, Any])
             assert new["quality"] == "low_coverage"  # never vouched for
         if "lastSample" in old:
             assert new["lastSample"] == old["lastSample"]
+
+
+def test_a_stale_gpu_of_an_ok_node_changes_nothing_twice() -> None:
+    """The analyser calls a node whose GPU exporter stopped ok, its GPU stale in ``detail``;
+    ageing those tags must leave them as they are, or every cycle re-publishes."""
+    store = SampleStore()
+    store.add(
+        [
+            Series("n1", Resource.CPU, np.array([NOW - 10]), np.array([5.0])),
+            Series("n1", Resource.MEMORY, np.array([NOW - 10]), np.array([5.0])),
+            Series("n1", Resource.GPU, np.array([NOW - 600]), np.array([5.0])),
+        ]
+    )
+    tags = {"n1": {"quality": "ok", "lastSample": int(NOW - 10), "detail": {"gpu": "stale"}}}
+    names = {**NAMES, Resource.GPU: "gpu"}
+    snap = snapshot.build(store.columns, list(store.keys), NOW, "test", names, tags, {})
+    assert ageing.aged(snap, NOW, STALE_AFTER_S) is None
