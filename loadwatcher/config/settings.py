@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -122,13 +122,19 @@ class Settings:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
-def per_resource(
-    section: object, resources: Iterable[Resource], suffix: str
-) -> dict[Resource, str]:
-    """A section's ``<resource>_<suffix>`` settings that are set (empty, or no such
-    setting: the resource is not read), by resource."""
+def per_resource(section: object, suffix: str) -> dict[Resource, str]:
+    """A section's ``<resource>_<suffix>`` settings of the resources beyond CPU and memory
+    that are set (empty, or no such setting: the resource is not read), by resource."""
     found = {}
-    for resource in resources:
-        if text := str(getattr(section, f"{resource.value}_{suffix}", "")):
+    for resource in Resource:
+        text = str(getattr(section, f"{resource.value}_{suffix}", "") or "").strip()
+        if text and not resource.scored:
             found[resource] = text
     return found
+
+
+def per_resource_fields(section: object) -> dict[Resource, tuple[str, str]]:
+    """An InfluxDB section's ``<resource>_field`` settings of the resources beyond CPU and
+    memory that are set, as (measurement, field)."""
+    fields = per_resource(section, "field")
+    return {r: (m, f) for r, text in fields.items() for m, _, f in [text.partition(".")]}

@@ -220,7 +220,7 @@ def _build(settings: Settings, dd: DatadogSettings) -> Provider:
 
 def _metric_names(dd: DatadogSettings) -> dict[Resource, str]:
     names = {Resource.CPU: dd.cpu_metric, Resource.MEMORY: dd.memory_metric}
-    return names | per_resource(dd, _OTHER, "metric")
+    return names | per_resource(dd, "metric")
 
 
 PROVIDER = Declaration(

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from loadwatcher.config import Section, Settings, Spec
 from loadwatcher.config import parsers as parse
-from loadwatcher.config.settings import per_resource
+from loadwatcher.config.settings import per_resource_fields
 from loadwatcher.errors import ConfigError
 from loadwatcher.model import Resource
 from loadwatcher.providers.base import Provider
@@ -159,13 +159,7 @@ SECTION = Section(
 
 
 def _other_fields(influx: InfluxDBSettings) -> dict[Resource, tuple[str, str]]:
-    fields = per_resource(influx, _OTHER, "field").items()
-    return {resource: _split(text) for resource, text in fields}
-
-
-def _split(text: str) -> tuple[str, str]:
-    measurement, _, field = text.partition(".")
-    return measurement, field
+    return per_resource_fields(influx)
 
 
 def _check(influx: InfluxDBSettings) -> None:

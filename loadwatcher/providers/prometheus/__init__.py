@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from loadwatcher.config import Section, Settings, Spec
 from loadwatcher.config import parsers as parse
+from loadwatcher.config.settings import per_resource
 from loadwatcher.model import Resource
 from loadwatcher.providers.base import Provider
 from loadwatcher.providers.registry import Declaration
@@ -40,18 +41,10 @@ GPU_QUERY = "avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL) / 100"
 GPU_MAX_QUERY = "max by (Hostname) (DCGM_FI_DEV_GPU_UTIL) / 100"
 SECTION_DEFAULTS: dict[Resource, str] = {Resource.GPU: GPU_QUERY, Resource.GPU_MAX: GPU_MAX_QUERY}
 
-# The resources beyond CPU and memory: each one's setting and default (empty: not read).
-# Network, disk and energy have no default: node-exporter has no capacity for bandwidth
-# but the link speed (node_network_speed_bytes, absent on most virtual NICs), and neither
-# disk nor energy has one measure every cluster means by them (docs/resources.md).
-EXTRA_QUERIES: dict[Resource, str] = {
-    Resource.NETWORK: "network_query",
-    Resource.DISK: "disk_query",
-    Resource.ENERGY: "energy_query",
-    Resource.GPU: "gpu_query",
-    Resource.GPU_MAX: "gpu_max_query",
-}
-GPU_RESOURCES = frozenset({Resource.GPU, Resource.GPU_MAX})
+# The resources beyond CPU and memory are read by ``prometheus.<resource>_query`` (empty: not
+# read). Network, disk and energy have no default: node-exporter has no capacity for
+# bandwidth but the link speed (node_network_speed_bytes, absent on most virtual NICs), and
+# neither disk nor energy has one measure every cluster means by them (docs/resources.md).
 
 
 def label(text: str) -> str:
@@ -154,11 +147,7 @@ SECTION = Section(
 def queries(prom: PrometheusSettings) -> dict[Resource, str]:
     """Every resource's query, the ones set empty left out."""
     found = {Resource.CPU: prom.cpu_query, Resource.MEMORY: prom.memory_query}
-    for resource, name in EXTRA_QUERIES.items():
-        expr = str(getattr(prom, name)).strip()
-        if expr:
-            found[resource] = expr
-    return found
+    return found | per_resource(prom, "query")
 
 
 def _build(settings: Settings, prom: PrometheusSettings) -> Provider:
@@ -175,12 +164,12 @@ def _build(settings: Settings, prom: PrometheusSettings) -> Provider:
                 resource,
                 expr,
                 # The defaults are ratios of a percent: their factor is known.
-                100.0 if expr == SECTION_DEFAULTS.get(resource) else prom.scale,
-                node_label=prom.gpu_node_label if resource in GPU_RESOURCES else None,
-                optional=not resource.scored,
-                default=expr == SECTION_DEFAULTS.get(resource),
+                100.0 if default else prom.scale,
+                node_label=prom.gpu_node_label if resource in SECTION_DEFAULTS else None,
+                default=default,
             )
             for resource, expr in queries(prom).items()
+            for default in [expr == SECTION_DEFAULTS.get(resource)]
         ),
         node_label=prom.node_label,
         strip_port=prom.strip_port,

@@ -20,10 +20,13 @@ class Query:
     expr: str
     scale: float
     node_label: str | None = None  # None: the provider's
-    # Optional: answering nothing is no error (a cluster without GPUs); a query the user
-    # set says so in a note, a default says nothing.
-    optional: bool = False
     default: bool = False
+
+    @property
+    def optional(self) -> bool:
+        """Answering nothing is no error (a cluster without GPUs): a resource the scorers do
+        not read; a query the user set says so in a note, a default says nothing."""
+        return not self.resource.scored
 
 
 def unmatched_labels(done: list[tuple[Query, list[SeriesBatch] | None]], label: str) -> list[str]:

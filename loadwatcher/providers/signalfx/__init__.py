@@ -184,7 +184,7 @@ def _build(settings: Settings, sfx: SignalFxSettings) -> Provider:
 
 def _metrics(sfx: SignalFxSettings) -> dict[Resource, str]:
     found = {Resource.CPU: sfx.cpu_metric, Resource.MEMORY: sfx.memory_metric}
-    return found | per_resource(sfx, _OTHER, "metric")
+    return found | per_resource(sfx, "metric")
 
 
 def _metric_names(sfx: SignalFxSettings) -> dict[Resource, str]:

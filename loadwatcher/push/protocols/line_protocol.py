@@ -30,19 +30,12 @@ _INFLUX_CODES = {401: "unauthorized", 413: "request too large", 429: "too many r
 
 def _build(settings: Settings) -> Mapper:
     from loadwatcher.config.parsers import tag_filter
-    from loadwatcher.config.settings import per_resource
-    from loadwatcher.model import Resource
+    from loadwatcher.config.settings import per_resource_fields
     from loadwatcher.push.line_protocol_mapping import LineProtocolMapper, LineProtocolMapping
 
     # The section by name: the providers' packages sit beside push, not below it.
     influx: Any = settings.sections["influxdb"]
-    others = tuple(
-        (resource, measurement, field)
-        for resource, text in per_resource(
-            influx, (r for r in Resource if r not in (Resource.CPU, Resource.MEMORY)), "field"
-        ).items()
-        for measurement, _, field in [text.partition(".")]
-    )
+    others = tuple((r, m, f) for r, (m, f) in per_resource_fields(influx).items())
     return LineProtocolMapper(
         LineProtocolMapping(
             host_tag=influx.host_tag,

@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from loadwatcher.config import Settings
+from loadwatcher.config.settings import per_resource
 from loadwatcher.model import Resource
 from loadwatcher.push.errors import PushErrorKind
 from loadwatcher.push.protocol import Mapper, PushProtocol, Route
@@ -25,9 +26,8 @@ def extra_metrics(prom: Any, taken: list[str]) -> tuple[tuple[Resource, str], ..
     or another resource's) is read once, as the first."""
     seen = set(taken)
     found = []
-    for resource in Resource:
-        name = str(getattr(prom, f"{resource.value}_query", "") or "").strip()
-        if not resource.scored and _METRIC_NAME.fullmatch(name) and name not in seen:
+    for resource, name in per_resource(prom, "query").items():
+        if _METRIC_NAME.fullmatch(name) and name not in seen:
             seen.add(name)
             found.append((resource, name))
     return tuple(found)
