@@ -67,6 +67,10 @@ class Section(Generic[S]):
             if sorted(names) != sorted(parts[1] for parts in fields):
                 raise ValueError(f"section {self.name}: its specs must name the fields {names}")
 
+    def defaults(self) -> S:
+        """The section with every setting at its default."""
+        return self.settings(**{s.key.split(".", 1)[1]: s.default for s in self.specs})
+
 
 SERVER = Section(
     "server",

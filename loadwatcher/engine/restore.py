@@ -101,17 +101,20 @@ async def recover(engine: Engine) -> None:
     if persistence is None:
         return
     loaded = asyncio.Event()
-    agers: list[asyncio.Task[None]] = []
+    ager: asyncio.Task[None] | None = None
 
     async def serve_aged(snap: RollupSnapshot) -> None:
+        nonlocal ager
         # Its tags were true when it was taken; served now, they must be true now, and
         # while the samples load (seconds, for a large journal) as between cycles.
         snap = freshness.aged(engine, snap, engine.clock())
         engine.report = ageing.report_of(snap.tags)
         engine.current = await asyncio.to_thread(published.publish, snap)
         engine.node_info = dict(snap.node_info)
-        if not agers:  # it reads the snapshot only, never the store being filled
-            agers.append(asyncio.create_task(freshness.keep_true(engine, loaded)))
+        if ager is None:  # it reads the snapshot only, never the store being filled
+            ager = asyncio.create_task(
+                freshness.keep_true(engine, loaded), name="loadwatcher-ageing-restore"
+            )
 
     try:
         await persistence.open()
@@ -128,6 +131,6 @@ async def recover(engine: Engine) -> None:
         await persistence.journal.close()
     finally:
         loaded.set()
-        for ager in agers:
+        if ager is not None:
             await ager
     engine.backfill_due = bool(engine.store.keys)

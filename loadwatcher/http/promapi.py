@@ -32,6 +32,7 @@ from multidict import MultiDict, MultiDictProxy
 
 from loadwatcher import __version__
 from loadwatcher._types import IntArray
+from loadwatcher.config.query import QUERY
 from loadwatcher.config.settings import QuerySettings
 from loadwatcher.engine.published import GZIP_LEVEL
 from loadwatcher.http import held as held_read
@@ -57,19 +58,10 @@ class State:
     """The query API's share of the application: its caps, its series cache and its gate."""
 
     def __init__(self, settings: QuerySettings | None) -> None:
-        self.limits = Limits()
-        concurrency = 2  # the evaluator is CPU work: more at once only queue on the cores
-        if settings is not None:
-            self.limits = Limits(
-                max_samples=settings.max_samples,
-                max_points=settings.max_points,
-                max_series=settings.max_series,
-                timeout_s=settings.timeout_s,
-                lookback_ms=round(settings.lookback_delta_s * 1000),
-            )
-            concurrency = settings.max_concurrency
+        settings = settings or QUERY.defaults()
+        self.limits = Limits.of(settings)
         self.sources = series.Sources()
-        self.gate = asyncio.Semaphore(concurrency)
+        self.gate = asyncio.Semaphore(settings.max_concurrency)
 
 
 def _state(request: web.Request) -> State:

@@ -25,6 +25,7 @@ def yielding(held: Columns, added: Columns, n_series: int) -> Columns:
 def taken(
     held: Columns,
     samples: Columns,
+    newest: FloatArray,
     n_series: int,
     sid: IntArray,
     ts: FloatArray,
@@ -32,9 +33,10 @@ def taken(
     dropped: dict[str, int],
 ) -> tuple[Columns, Columns, int]:
     """Markers of series ``sid`` at ``ts`` added to ``held``: those the retention keeps, at
-    times their series holds neither a marker nor a sample (``samples``). Returns the markers
-    held then, those taken, and how many were held or given twice; those older than
-    ``keep_from`` are counted in ``dropped`` as ``too_old``."""
+    times their series holds neither a marker nor a sample (``samples``, whose newest time
+    per series is ``newest``: a marker after it, a series' usual end, meets none). Returns
+    the markers held then, those taken, and how many were held or given twice; those older
+    than ``keep_from`` are counted in ``dropped`` as ``too_old``."""
     if keep_from is not None:
         old = ts < keep_from
         if old.any():
@@ -44,9 +46,11 @@ def taken(
     sid, ts = sid[order], ts[order]
     new = np.ones(sid.shape[0], bool)
     new[1:] = (sid[1:] != sid[:-1]) | (ts[1:] != ts[:-1])
-    for holder in (held, samples):
-        at = np.flatnonzero(new)
-        new[at] = ~bytime.holds(holder, n_series, sid[at], ts[at])
+    at = np.flatnonzero(new)
+    new[at] = ~bytime.holds(held, n_series, sid[at], ts[at])
+    at = np.flatnonzero(new & (ts <= newest[sid]))
+    if at.shape[0]:
+        new[at] = ~bytime.holds(samples, n_series, sid[at], ts[at])
     ended = Columns(sid[new], ts[new], np.full(int(new.sum()), plausible.STALE))
     if len(ended):
         held = bytime.merge(held, ended, n_series)

@@ -262,7 +262,7 @@ class SampleStore:
         self._ends = ends.yielding(self._ends, added, n)
         if marks is not None:  # after the samples: a time with a sample keeps it
             self._ends, ended, twice = ends.taken(
-                self._ends, self._cols, n, *marks, keep_from, dropped
+                self._ends, self._cols, self._newest, n, *marks, keep_from, dropped
             )
             added, repeated = merge.joined([added, ended]), repeated + twice
         return AddResult(added, dropped, offered, ahead_s, future_nodes, repeated)

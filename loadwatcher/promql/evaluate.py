@@ -8,7 +8,6 @@ this module walks its tree. Every construct outside the subset of docs/promql.md
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,7 +15,7 @@ import promql_parser
 
 from loadwatcher._types import IntArray
 from loadwatcher.promql import aggregate, binary, functions, selectors
-from loadwatcher.promql.storage import SeriesSet, Storage
+from loadwatcher.promql.storage import Storage
 from loadwatcher.promql.values import (
     Budget,
     ErrorType,
@@ -54,9 +53,8 @@ def parse(text: str) -> promql_parser.Expr:
         ) from None
 
 
-def instant(sets: Storage | Sequence[SeriesSet], text: str, at_ms: int, budget: Budget) -> Result:
+def instant(storage: Storage, text: str, at_ms: int, budget: Budget) -> Result:
     """``/api/v1/query``: the expression at one time (ms)."""
-    storage = Storage.of(sets)
     node = _unwrap(parse(text))
     steps = np.array([at_ms], np.int64)
     if isinstance(node, promql_parser.MatrixSelector):
@@ -68,7 +66,7 @@ def instant(sets: Storage | Sequence[SeriesSet], text: str, at_ms: int, budget: 
 
 
 def range_query(
-    sets: Storage | Sequence[SeriesSet],
+    storage: Storage,
     text: str,
     start_ms: int,
     end_ms: int,
@@ -76,7 +74,6 @@ def range_query(
     budget: Budget,
 ) -> Result:
     """``/api/v1/query_range``: the expression at ``start``, ``start + step``, ... ``<= end``."""
-    storage = Storage.of(sets)
     node = _unwrap(parse(text))
     if isinstance(node, promql_parser.MatrixSelector):
         raise QueryError(

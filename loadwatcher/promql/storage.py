@@ -253,12 +253,6 @@ class Storage:
         self._parts = list(parts)
         self._built: dict[int, SeriesSet] = {}
 
-    @classmethod
-    def of(cls, sets: Storage | Sequence[SeriesSet]) -> Storage:
-        if isinstance(sets, Storage):
-            return sets
-        return cls([(None, lambda s=s: s) for s in sets])  # type: ignore[misc]
-
     def _get(self, i: int) -> SeriesSet:
         built = self._built.get(i)
         if built is None:

@@ -16,6 +16,8 @@ from enum import StrEnum
 import numpy as np
 
 from loadwatcher._types import BoolArray, FloatArray, IntArray
+from loadwatcher.config.query import QUERY
+from loadwatcher.config.settings import QuerySettings
 
 Labels = tuple[tuple[str, str], ...]
 METRIC_NAME = "__name__"
@@ -117,17 +119,30 @@ class Points:
 Value = Scalar | Text | Vector | Points
 
 
+_DEFAULT = QUERY.defaults()  # the query section's: one place says them
+
+
 @dataclass(frozen=True)
 class Limits:
     """What one query may cost: samples read by its range windows (a sample in several
     windows counts in each), points held (the series × steps of every instant vector it
     builds, summed: what its memory grows with), series in the answer, and seconds."""
 
-    max_samples: int = 50_000_000  # Prometheus's --query.max-samples
-    max_points: int = 4_000_000
-    max_series: int = 50_000
-    timeout_s: float = 10.0
-    lookback_ms: int = 300_000
+    max_samples: int = _DEFAULT.max_samples
+    max_points: int = _DEFAULT.max_points
+    max_series: int = _DEFAULT.max_series
+    timeout_s: float = _DEFAULT.timeout_s
+    lookback_ms: int = round(_DEFAULT.lookback_delta_s * 1000)
+
+    @classmethod
+    def of(cls, query: QuerySettings) -> Limits:
+        return cls(
+            max_samples=query.max_samples,
+            max_points=query.max_points,
+            max_series=query.max_series,
+            timeout_s=query.timeout_s,
+            lookback_ms=round(query.lookback_delta_s * 1000),
+        )
 
 
 @dataclass

@@ -71,11 +71,11 @@ def map_line_protocol(
         if resource is Resource.CPU and mapping.cpu_field_is_idle:
             percent = 100.0 - percent
         ts = ns_to_seconds(np.asarray(points.ts_ns, np.int64))
-        if resource is Resource.GPU:  # a point per device
-            gpus = [
-                Series(host, resource, ts[i : i + 1], percent[i : i + 1])
-                for i, host in enumerate(points.keys)
-            ]
+        if resource is Resource.GPU:  # a point per device: one series per host
+            by_host: dict[str, list[int]] = {}
+            for i, host in enumerate(points.keys):
+                by_host.setdefault(host, []).append(i)
+            gpus = [Series(h, resource, ts[at], percent[at]) for h, at in by_host.items()]
             parts.extend(_part(s) for s in devices(gpus))
         else:
             n = len(points.keys)

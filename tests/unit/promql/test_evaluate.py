@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import math
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -34,6 +35,15 @@ SERIES = [
 AT = T0 + 30_000
 
 
+def stored(*sets: storage.SeriesSet) -> storage.Storage:
+    """What a query reads: these sets, as they are."""
+    return storage.Storage([(None, _given(s)) for s in sets])
+
+
+def _given(s: storage.SeriesSet) -> Callable[[], storage.SeriesSet]:
+    return lambda: s
+
+
 def make_set(series=SERIES) -> storage.SeriesSet:
     labels = [values.labels_of(lab) for lab, _, _ in series]
     lengths = np.array([len(ts) for _, ts, _ in series], np.int64)
@@ -47,7 +57,7 @@ def budget(**limits) -> Budget:
 
 
 def instant(q: str, at: int = AT, **limits) -> dict:
-    return render.data(evaluate.instant([make_set()], q, at, budget(**limits)))
+    return render.data(evaluate.instant(stored(make_set()), q, at, budget(**limits)))
 
 
 def by_instance(data: dict) -> dict[str, str]:
@@ -144,14 +154,16 @@ def test_result_types() -> None:
 
 
 def test_range_query_steps_and_presence() -> None:
-    res = evaluate.range_query([make_set()], "mem", T0 - 300_000, T0 + 90_000, 60_000, budget())
+    res = evaluate.range_query(
+        stored(make_set()), "mem", T0 - 300_000, T0 + 90_000, 60_000, budget()
+    )
     data = render.data(res)
     # Steps at start, start + 60 s, ...: mem (at T0 - 240 s) is seen from its own time for 5 min.
     assert data["resultType"] == "matrix"
     times = [t for t, _ in data["result"][0]["values"]]
     assert times == [1699999760 + 60 * k for k in range(6)]
     scalar = render.data(
-        evaluate.range_query([make_set()], "time()", T0, T0 + 1_500, 1_000, budget())
+        evaluate.range_query(stored(make_set()), "time()", T0, T0 + 1_500, 1_000, budget())
     )
     assert scalar["result"] == [
         {"metric": {}, "values": [[1700000000, "1700000000"], [1700000001, "1700000001"]]}
@@ -222,7 +234,7 @@ def test_point_cap_is_an_execution_error() -> None:
     """Series × steps are held before they are built: a cap on the query's memory."""
     assert instant("cpu * 2", max_points=3)["result"]
     with pytest.raises(QueryError) as err:
-        evaluate.range_query([make_set()], "cpu", T0, T0 + 1000, 1000, budget(max_points=5))
+        evaluate.range_query(stored(make_set()), "cpu", T0, T0 + 1000, 1000, budget(max_points=5))
     assert err.value.kind is ErrorType.EXECUTION
     assert "series × steps" in err.value.message
 
@@ -240,14 +252,14 @@ def test_time_cap_is_a_timeout() -> None:
     clock = lambda: float(next(ticks)) * 5.0  # noqa: E731 - each look at the clock is 5 s on
     b = Budget(Limits(timeout_s=12.0), clock)
     with pytest.raises(QueryError) as err:
-        evaluate.instant([make_set()], "sum(cpu) + sum(cpu) + sum(cpu)", AT, b)
+        evaluate.instant(stored(make_set()), "sum(cpu) + sum(cpu) + sum(cpu)", AT, b)
     assert err.value.kind is ErrorType.TIMEOUT
     assert ErrorType.TIMEOUT.status == 503
 
 
 def test_no_series_and_empty_sets() -> None:
     empty = storage.series_set([], np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0))
-    out = render.data(evaluate.instant([empty], "sum(nothing)", AT, budget()))
+    out = render.data(evaluate.instant(stored(empty), "sum(nothing)", AT, budget()))
     assert out == {"resultType": "vector", "result": []}
 
 
@@ -275,7 +287,7 @@ def test_a_pathological_regex_takes_linear_time() -> None:
     long_name = "a" * 5_000
     data = [({"__name__": "cpu", "instance": long_name}, [0], [0.5])]
     started = time.monotonic()
-    out = evaluate.instant([make_set(data)], 'cpu{instance=~"(a*)*b"}', T0, budget())
+    out = evaluate.instant(stored(make_set(data)), 'cpu{instance=~"(a*)*b"}', T0, budget())
     assert render.data(out)["result"] == []
     assert time.monotonic() - started < 1.0
 
@@ -310,8 +322,8 @@ def test_series_come_in_label_order_whatever_the_store_order() -> None:
     order the store numbered them in (it is the order sums add in, and a raw answer's)."""
     s = make_set(list(reversed(SERIES)))
     b = budget()
-    raw = render.data(evaluate.instant([s], '{__name__=~".+"}[10m]', AT, b))
+    raw = render.data(evaluate.instant(stored(s), '{__name__=~".+"}[10m]', AT, b))
     names = [tuple(sorted(r["metric"].items())) for r in raw["result"]]
     assert names == sorted(names) and len(names) == 4
-    summed = render.data(evaluate.instant([s], "sum(cpu)", AT, b))
+    summed = render.data(evaluate.instant(stored(s), "sum(cpu)", AT, b))
     assert summed["result"][0]["value"][1] == instant("sum(cpu)")["result"][0]["value"][1]

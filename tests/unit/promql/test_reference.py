@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from loadwatcher.promql import evaluate, selectors, storage, values
 from tests.support.fuzzing import examples
+from tests.unit.promql.test_evaluate import stored
 
 GRID_MS = 5_000
 VALUES = st.sampled_from([0.0, 0.25, 0.5, 0.5, 0.75, 1.0, 0.1, 0.3])
@@ -93,7 +94,7 @@ def steps_of(start, step, count):
 
 def run(series, query, start, step, count):
     res = evaluate.range_query(
-        [build(series)],
+        stored(build(series)),
         query,
         start,
         start + step * (count - 1),
