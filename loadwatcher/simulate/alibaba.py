@@ -106,7 +106,6 @@ def read(directory: str, machines: int, hours: float | None) -> tuple[Trace, Clu
         raise ValueError(f"{directory}: no container on the first {machines} machines")
     index = {cid: i for i, cid in enumerate(meta)}
     spill = Spill(len(meta))
-    last = 0.0
     for number, row in _rows(root / FILES[2], 5):
         i = index.get(row[0])
         if i is None:
@@ -120,7 +119,7 @@ def read(directory: str, machines: int, hours: float | None) -> tuple[Trace, Clu
             continue  # the trace has empty cells: a sample not taken
         _, req, _, mem = meta[row[0]]
         spill.add(i, t, max(cpu_pct, 0.0) / 100 * req, max(mem_pct, 0.0) / 100 * mem)
-        last = max(last, t)
+    last = max(0.0, float(spill.last_t.max()))  # every time taken is >= 0
     end = horizon if math.isfinite(horizon) else max(last, 3600.0)
     ids = list(meta)
     arrival = np.array([meta[c][0] for c in ids])

@@ -21,6 +21,7 @@ import gc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -340,21 +341,14 @@ def _view(
     memo: dict[object, object],
 ) -> Cluster:
     """``base`` (the last poll's metrics) with the requests and recent pods of now."""
-    c = sums.cols  # rows in the order of _COLUMNS
+    columns: dict[str, Any] = dict(zip(_COLUMNS, sums.cols, strict=True))
     return replace(
         base,
         recent_pods=recent_pods,
         recent_node=recent_node,
         recent_bound=recent_bound,
         memo=memo,
-        pods_req_cpu=c[0],
-        pods_req_mem=c[1],
-        pods_lim_cpu=c[2],
-        pods_lim_mem=c[3],
-        kube_req_cpu=c[4],
-        kube_req_mem=c[5],
-        nonzero_cpu=c[6],
-        nonzero_mem=c[7],
+        **columns,
     )
 
 

@@ -77,9 +77,9 @@ class Recorder:
         self.mem_hist = np.zeros(BINS, dtype=np.int64)
         self.cpu_sum = self.mem_sum = 0.0
         self.count = 0
-        # Nodes in use per step: their sum, steps and most (memory bound by the nodes,
-        # not by the simulated time).
-        self.used_sum = self.used_steps = self.used_most = 0
+        # Nodes in use per step: steps and most (their sum is ``count``; memory bound by
+        # the nodes, not by the simulated time).
+        self.used_steps = self.used_most = 0
         self.hot = self.over = 0
         self.throttled_milli_s = 0.0
         self.spread_sum = 0.0
@@ -103,7 +103,6 @@ class Recorder:
         self.heat[:, b] += cpu_pct
         self.heat_n[b] += 1
         in_use = int(used.sum())
-        self.used_sum += in_use
         self.used_steps += 1
         self.used_most = max(self.used_most, in_use)
         if not used.any():
@@ -145,7 +144,7 @@ class Recorder:
         heat = self.heat / np.maximum(self.heat_n, 1)
         return Result(
             name,
-            round(self.used_sum / max(self.used_steps, 1), 1),
+            round(self.count / max(self.used_steps, 1), 1),
             self.used_most,
             round(self.cpu_sum / n, 1),
             _percentile(self.cpu_hist, 0.50),

@@ -39,7 +39,6 @@ class Spill:
         self._buffer: list[tuple[float, int, float, float]] = []
         self.first = np.full((n, 3), math.inf)  # (t, cpu, mem): the smallest triple
         self.last_t = np.full(n, -math.inf)
-        self.count = 0
 
     def add(self, src: int, t: float, cpu: float, mem: float) -> None:
         """One sample of source ``src``: ``t`` seconds, ``cpu`` millicores, ``mem`` bytes."""
@@ -49,7 +48,6 @@ class Spill:
         if t > self.last_t[src]:
             self.last_t[src] = t
         self._buffer.append((t, src, cpu, mem))
-        self.count += 1
         if len(self._buffer) >= BATCH:
             self._flush()
 
