@@ -80,18 +80,20 @@ async def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 
 
 
 def held_until(engine: Engine, node: str) -> float:
-    """The newest sample time the receiver has handed over (or buffered) for ``node``."""
+    """The time up to which the receiver has handed over (or buffered) both ``node``'s CPU
+    and its memory: a node's raw CPU comes later than its memory (its series settle first),
+    the more so on a busy machine."""
     buffered = engine.provider.buffer._batches  # type: ignore[attr-defined]
-    newest = -math.inf
+    newest = dict.fromkeys((Resource.CPU, Resource.MEMORY), -math.inf)
     for batch in buffered:
         offsets = np.concatenate(([0], np.cumsum(batch.lengths)))
-        for i, (n, _) in enumerate(batch.keys):
-            if n == node and batch.lengths[i]:
-                newest = max(newest, float(batch.ts[offsets[i + 1] - 1]))
-    for sid, (n, _) in enumerate(engine.store.keys):
-        if n == node:
-            newest = max(newest, float(engine.store.newest_by_series()[sid]))
-    return newest
+        for i, (n, r) in enumerate(batch.keys):
+            if n == node and r in newest and batch.lengths[i]:
+                newest[r] = max(newest[r], float(batch.ts[offsets[i + 1] - 1]))
+    for sid, (n, r) in enumerate(engine.store.keys):
+        if n == node and r in newest:
+            newest[r] = max(newest[r], float(engine.store.newest_by_series()[sid]))
+    return min(newest.values())
 
 
 def value(doc: dict[str, Any], node: str, wire_type: str, operator: str) -> float:
