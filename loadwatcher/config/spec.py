@@ -27,6 +27,10 @@ S = TypeVar("S")
 # Room for a cold-start answer of one resource (the retention's raw samples) at 20,000 nodes,
 # with half as much again to spare.
 DEFAULT_MAX_ANSWER_BYTES = 128 * 2**20
+# The largest clusters' two scored resources with room (100,000 nodes, or 65,000 with a
+# third resource): a backend that invents series (a label with a random value) fails the
+# poll instead of filling memory, and no real cluster is refused.
+DEFAULT_MAX_NEW_SERIES = 250_000
 
 
 @dataclass(frozen=True)
@@ -235,7 +239,7 @@ def provider_section(names: ProviderNames) -> Section[ProviderSettings]:
             Spec(
                 "provider.max_new_series",
                 parse.positive_int,
-                50_000,
+                DEFAULT_MAX_NEW_SERIES,
                 "most series one poll may add to the store (new node/resource pairs); a poll "
                 "over it fails and the last snapshot is kept",
             ),

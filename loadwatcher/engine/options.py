@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from loadwatcher.config.spec import DEFAULT_MAX_NEW_SERIES
 from loadwatcher.pipeline import analysis, corroboration, health
 
 # A backend's clock a little ahead of ours is normal (NTP keeps them within milliseconds,
 # a minute covers a VM paused for a while); beyond it a timestamp cannot be trusted.
 DEFAULT_FUTURE_TOLERANCE_S = 60.0
-# 20,000 nodes' two resources at a cold start, with room: a backend that invents series
-# (a label with a random value) fails the poll instead of filling memory.
-DEFAULT_MAX_NEW_SERIES = 50_000
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,16 @@ from dataclasses import dataclass, field
 
 from loadwatcher.pipeline import analysis
 from loadwatcher.pipeline.analysis import Quality
+from loadwatcher.words import plural
 
 log = logging.getLogger("loadwatcher.engine")
 
 # (node, log level, quality now -- "ok" when it recovered, "" when it left --, quality before)
 QualityChange = tuple[str, int, str, str]
+
+# Nodes whose change gets a line of its own in one cycle; the rest are counted in one line.
+# A whole fleet turning stale at once (the backend gone) is one event, not 65,000 lines.
+LOGGED_NODES = 20
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,15 @@ def quality_changes(before: NodeStates, after: NodeStates) -> list[QualityChange
     return sorted(changes)
 
 
+def overflow(changes: list[QualityChange], shown: int = LOGGED_NODES) -> dict[str, int]:
+    """How many of the changes past the first ``shown`` end in each state ("ok" recovered,
+    "" left, else the quality), in the order first met (pure)."""
+    counts: dict[str, int] = {}
+    for _, _, quality, _ in changes[shown:]:
+        counts[quality] = counts.get(quality, 0) + 1
+    return counts
+
+
 def health_changes(before: frozenset[str], after: frozenset[str]) -> tuple[list[str], list[str]]:
     """The problems that appeared and those that cleared, each sorted (pure)."""
     return sorted(after - before), sorted(before - after)
@@ -58,7 +72,8 @@ class TransitionLog:
 
     def quality(self, report: analysis.Report) -> None:
         states = node_states(report)
-        for node, level, quality, was in quality_changes(self._nodes, states):
+        changes = quality_changes(self._nodes, states)
+        for node, level, quality, was in changes[:LOGGED_NODES]:
             if level == logging.WARNING:
                 detail = report.tags.get(node, {}).get("detail", {})
                 parts = ", ".join(f"{r} {analysis.quality_words(q)}" for r, q in detail.items())
@@ -68,6 +83,12 @@ class TransitionLog:
                 log.info("node %s recovered (was %s)", node, analysis.quality_words(was))
             else:
                 log.info("node %s left the snapshot (was %s)", node, analysis.quality_words(was))
+        if rest := overflow(changes):
+            words = {"ok": "recovered", "": "left the snapshot"}
+            counted = ", ".join(
+                f"{count} {words.get(q) or analysis.quality_words(q)}" for q, count in rest.items()
+            )
+            log.warning("and %s: %s", plural(sum(rest.values()), "more node"), counted)
         self._nodes = states
 
     def health(self, reasons: Iterable[str]) -> None:

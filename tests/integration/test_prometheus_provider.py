@@ -313,3 +313,38 @@ async def test_a_cold_start_parses_one_slice_at_a_time(prometheus_factory, monke
         assert [len(a) for a in asked.values()] == [1, 1]
     finally:
         await engine.close()
+
+
+async def test_a_poll_after_a_long_gap_asks_in_slices_and_loses_nothing(
+    prometheus_factory, monkeypatch
+) -> None:
+    """After an outage the gap since the newest sample held is asked for in slices, as a
+    cold start's retention is: one answer of it would grow with the outage (at 65,000 nodes
+    past provider.max_answer_bytes at every later poll). Every sample of the gap arrives."""
+    now = time.time()
+    history = node_history(3, math.floor(now) - 1, span_s=1800)
+    prom = prometheus_factory(openmetrics_text(history))
+    engine = prometheus_engine(prom.url, **CPU_AND_MEMORY_ONLY)
+    asked: list[str] = []
+    real_ask = engine.provider._ask
+
+    async def recording(promql: str, at: str) -> Any:
+        asked.append(promql)
+        return await real_ask(promql, at)
+
+    monkeypatch.setattr(engine.provider, "_ask", recording)
+    try:
+        await engine.cycle(now - 700)  # then the backend is out of reach for 700 s
+        asked.clear()
+        await engine.cycle(now)
+        gap = [q for q in asked if q.startswith(CPU_METRIC + "[")]
+        assert len(gap) == math.ceil((700 + 60) / provider.BACKFILL_SLICE_S), gap
+        cols, keys = engine.store.columns, engine.store.keys
+        for name, labels, samples in history:
+            resource = Resource.CPU if name == CPU_METRIC else Resource.MEMORY
+            sid = keys.index((node_name(labels["instance"], True), resource))
+            held = cols.ts[cols.sid == sid]
+            expected = [t for t, _ in samples if now - 1020 <= t <= now]
+            assert held.tolist() == pytest.approx(expected), (name, labels)
+    finally:
+        await engine.close()

@@ -333,7 +333,10 @@ class PrometheusProvider:
 
     async def fetch(self, now: float, since: float | None) -> FetchResult:
         seconds = self._seconds(now, since)
-        spans = [(seconds, now)] if since is not None else slices(now, seconds)
+        # Sliced whenever longer than a slice, not only at a cold start: after an outage
+        # the gap since the newest sample held is as long, and one answer of it at 65,000
+        # nodes is larger than provider.max_answer_bytes (refused at every poll, for ever).
+        spans = slices(now, seconds)
         ask = self._ask_at(now)
         side = [asyncio.ensure_future(self._nodes.refresh(ask))]
         if self._capacity.due(now):

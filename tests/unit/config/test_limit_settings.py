@@ -47,7 +47,7 @@ def test_byte_size_refuses_the_rest(text: str) -> None:
 def test_defaults() -> None:
     s = resolve(None, {})
     assert s.provider.max_answer_bytes == 128 * MIB
-    assert s.provider.max_new_series == 50_000
+    assert s.provider.max_new_series == 250_000  # 65,000 nodes × 2 resources fit
     assert s.analysis.future_tolerance_s == 60.0
 
 
