@@ -1,4 +1,5 @@
-"""What every benchmark shares: paths, tools, progress, statistics, processes, the report.
+"""What every benchmark shares: paths, tools, options, figures, processes, a seeded
+Prometheus and the report.
 
 Every process started here is stopped by its PID (``tests/support/backends.py``, whose
 ``atexit`` hook kills any that a crashed run left behind).
@@ -11,9 +12,11 @@ notes, decisions) and kept as it is.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime
 import http.client
+import math
 import os
 import platform
 import re
@@ -23,60 +26,98 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 REPO = Path(__file__).resolve().parents[1]
 HERE = REPO / "benchmarks"
-DEBIAN_PACKAGES = {"prometheus": "prometheus", "promtool": "prometheus"}
-# nginx lives in /usr/sbin, which is not on every user's PATH.
-_EXTRA_BIN_DIRS = ("/usr/sbin", "/sbin", "/usr/local/sbin")
 # What the Go load-watcher asks Prometheus for its 15-minute window, one query after another.
 GO_QUERIES = tuple(
     f"{fn}_over_time({rule}[15m])"
     for rule in ("instance:node_cpu:ratio", "instance:node_memory_utilisation:ratio")
     for fn in ("avg", "stddev")
 )
+STEP_S = 15.0
 _STARTED = time.monotonic()
 
 
 def setup_paths() -> None:
-    """Make ``loadwatcher`` (this working tree first) and the test helpers (``tests.support``)
-    importable."""
+    """Make ``loadwatcher`` (this working tree first) and ``tests.support`` importable."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
 
 
 setup_paths()
 from tests.support import backends  # noqa: E402  (the process helpers the tests use too)
-from tests.support.backends import free_port as free_port  # noqa: E402
-from tests.support.backends import serve_argv as serve_argv  # noqa: E402
-from tests.support.backends import tail as tail  # noqa: E402
+from tests.support.backends import Server, openmetrics_text, start_prometheus, tail  # noqa: E402
+from tests.support.synth import node_history, node_names  # noqa: E402
 
 
 class MissingTool(RuntimeError):
     """A program the harness needs is not installed."""
 
 
-def find_tool(name: str) -> str | None:
-    for candidate in (shutil.which(name), *(f"{d}/{name}" for d in _EXTRA_BIN_DIRS)):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    return None
-
-
 def require_tools(names: Sequence[str]) -> dict[str, str]:
-    """Paths of ``names``; raise MissingTool naming the Debian packages of the missing ones."""
-    found = {name: find_tool(name) for name in names}
-    missing = [name for name, path in found.items() if path is None]
+    """Paths of ``names`` (nginx lives in /usr/sbin, not on every PATH); MissingTool names
+    the Debian packages of the missing ones."""
+    found: dict[str, str] = {}
+    for name in names:
+        for path in (shutil.which(name), *(f"{d}/{name}" for d in ("/usr/sbin", "/sbin"))):
+            if path and os.access(path, os.X_OK):
+                found[name] = path
+                break
+    missing = [name for name in names if name not in found]
     if missing:
-        packages = sorted({DEBIAN_PACKAGES.get(n, n) for n in missing})
+        packages = sorted({"prometheus" if n == "promtool" else n for n in missing})
         raise MissingTool(
             f"missing program(s): {', '.join(missing)}. Install the Debian package(s) "
             f"{', '.join(packages)}: apt-get install {' '.join(packages)}"
         )
-    return {name: path for name, path in found.items() if path is not None}
+    return found
+
+
+def script(main: Callable[[list[str]], int]) -> None:
+    """Run a script's ``main``: a missing program is said on stderr, exit status 2."""
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except MissingTool as exc:
+        print(f"{Path(sys.argv[0]).stem}: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+def options(
+    doc: str,
+    argv: Sequence[str],
+    defaults: Mapping[str, tuple[Any, Any, str]],
+    skip: str = "",
+    flags: Sequence[tuple[str, str]] = (),
+) -> argparse.Namespace:
+    """Parse ``--quick``, ``--out``, ``--skip`` (comma-separated parts of ``skip``), the
+    boolean ``flags`` (name, help) and one option per ``defaults`` entry, ``name: (full
+    run, --quick, help)``, typed as its default; unset options take the mode's default."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="a smoke run, not a measurement")
+    p.add_argument("--out", type=Path, default=HERE / "RESULTS.md", help="Markdown report")
+    p.add_argument("--skip", default="", help=f"comma-separated: {skip}")
+    for flag, text in flags:
+        p.add_argument(f"--{flag}", action="store_true", help=text)
+    for key, (full, _, text) in defaults.items():
+        p.add_argument("--" + key.replace("_", "-"), type=type(full), help=f"{text} ({full})")
+    args = p.parse_args(argv)
+    for key, (full, quick, _) in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, quick if args.quick else full)
+    args.skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    return args
+
+
+def numbers(text: object, kind: Callable[[str], Any] = int) -> list[Any]:
+    """``"100,1000"`` as sorted distinct numbers."""
+    return sorted({kind(s) for s in str(text).split(",") if s.strip()})
 
 
 def progress(message: str) -> None:
@@ -84,40 +125,49 @@ def progress(message: str) -> None:
     print(f"[{time.monotonic() - _STARTED:7.1f}s] {message}", file=sys.stderr, flush=True)
 
 
-@dataclass(frozen=True)
-class Stats:
-    """Median and range of repeated measurements (same unit as the inputs)."""
+def attempt(errors: list[str], name: str, work: Callable[[], object]) -> None:
+    """Run one measurement; a failure goes to ``errors`` and the others still run."""
+    try:
+        work()
+    except Exception as exc:  # keep going: a partial report beats none
+        errors.append(f"{name}: {type(exc).__name__}: {exc}")
+        progress(f"{name} FAILED: {exc}")
 
-    median: float
-    low: float
-    high: float
-    n: int
 
-    @staticmethod
-    def of(values: Sequence[float]) -> Stats:
-        if not values:
-            raise ValueError("no measurements")
-        return Stats(statistics.median(values), min(values), max(values), len(values))
+# -- figures --------------------------------------------------------------------------------
 
 
 def med(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def pct(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile, linear between the closest ranks (numpy's default)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
 def ms(value: float) -> str:
     return f"{value:,.0f} ms" if value >= 100 else f"{value:.1f} ms"
 
 
-def spread(values: Sequence[float], unit: str = "ms") -> str:
-    """``median (min–max, n=N)`` in ms (or seconds with ``unit="s"``)."""
-    s = Stats.of(values)
-    if unit == "s":
-        return f"{s.median:.2f} s ({s.low:.2f}–{s.high:.2f} s, n={s.n})"
-    return f"{ms(s.median)} ({ms(s.low)}–{ms(s.high)}, n={s.n})"
+def span(
+    values: Sequence[float], fmt: Callable[[float], str] = ms, unit: str = "", n: bool = False
+) -> str:
+    """``median (min–max)``, each by ``fmt``, ``unit`` after the median and the range, the
+    count with ``n``."""
+    count = f", n={len(values)}" if n else ""
+    low, high = fmt(min(values)), fmt(max(values))
+    return f"{fmt(med(values))}{unit} ({low}–{high}{unit}{count})"
 
 
-def ratio(ours: float, reference: float) -> str:
-    return f"{ours / reference:.2f}×" if reference else "—"
+def seconds(value: float) -> str:
+    return f"{value:.2f}"
 
 
 def met(ok: bool) -> str:
@@ -132,6 +182,9 @@ def table(head: str | Sequence[str], rows: Sequence[Sequence[object]] = ()) -> l
         "|" + "---|" * len(head),
         *("| " + " | ".join(str(c) for c in row) + " |" for row in rows),
     ]
+
+
+# -- processes ------------------------------------------------------------------------------
 
 
 def http_get(
@@ -171,13 +224,9 @@ def cpu_s(pid: int) -> float:
 
 def memory_kib(pid: int) -> dict[str, int]:
     """VmRSS and VmHWM (peak RSS) of ``pid`` in KiB, from /proc/PID/status."""
-    out: dict[str, int] = {}
     with open(f"/proc/{pid}/status", encoding="ascii") as fh:
-        for line in fh:
-            key, _, rest = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out[key] = int(rest.split()[0])
-    return out
+        pairs = (line.partition(":") for line in fh)
+        return {k: int(rest.split()[0]) for k, _, rest in pairs if k in ("VmRSS", "VmHWM")}
 
 
 def service_env(**extra: str) -> dict[str, str]:
@@ -188,20 +237,49 @@ def service_env(**extra: str) -> dict[str, str]:
 
 
 def spawn(
-    argv: Sequence[str],
-    log_path: Path,
-    env: Mapping[str, str] | None = None,
-    cwd: Path | None = None,
+    argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
-    """Start ``argv`` in its own session, output appended to ``log_path``."""
+    """Start ``argv`` in its own session (cwd: the repository), output appended to ``log_path``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
-        return backends.spawn_process(argv, log, env, cwd)
+        return backends.spawn_process(argv, log, env, REPO)
 
 
-def stop(proc: subprocess.Popen[bytes] | None, timeout_s: float = 15.0) -> int | None:
-    """SIGTERM by PID, wait, then SIGKILL; returns the exit status. Idempotent."""
-    return backends.stop_process(proc, timeout_s)
+stop = backends.stop_process  # SIGTERM by PID, wait, then SIGKILL; the exit status
+
+
+@dataclass
+class Seeded:
+    """A running Prometheus holding ``samples`` of synthetic nodes × 2 resources."""
+
+    server: Server
+    node_names: frozenset[str]
+    anchor: float
+    """A sample time (multiple of the step) close to the wall clock when seeded."""
+    samples: int
+    seed_s: float
+
+
+def seed(
+    workdir: Path, nodes: int, past_s: float, future_s: float, step_s: float = STEP_S
+) -> Seeded:
+    """A real Prometheus seeded by promtool with ``tests/support/synth`` nodes, from
+    ``past_s`` before the wall clock to ``future_s`` after it: a query at ``t`` sees only
+    the samples up to ``t``, so new samples "arrive" as the clock advances."""
+    began = time.monotonic()
+    anchor = math.floor(time.time() / step_s) * step_s
+    steps_future = math.ceil(future_s / step_s)
+    steps_total = steps_future + math.ceil(past_s / step_s)
+    end = anchor + steps_future * step_s
+    history = node_history(nodes, end, span_s=steps_total * step_s, step_s=step_s)
+    text, names = openmetrics_text(history), frozenset(node_names(history))
+    samples = sum(len(s[2]) for s in history)
+    del history
+    server = start_prometheus(workdir, text)
+    return Seeded(server, names, anchor, samples, time.monotonic() - began)
+
+
+# -- the report -----------------------------------------------------------------------------
 
 
 def load_average() -> str:
@@ -224,21 +302,14 @@ def machine(tools: Mapping[str, str] | None = None) -> dict[str, str]:
     """The machine, the libraries, the tools given and this tree's commit."""
     import aiohttp
     import numpy
-    import orjson
 
     cpu = "?"
     with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        models = re.findall(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
+        cpu = models[0].strip() if models else cpu
     commit = _version(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], r"(\w+)")
-    dirty = subprocess.run(
-        ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
+    status = ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"]
+    dirty = subprocess.run(status, capture_output=True, text=True, check=False).stdout.strip()
     facts = {
         "CPU": f"{cpu}, {os.cpu_count()} cores",
         "memory": f"{os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB",
@@ -247,11 +318,11 @@ def machine(tools: Mapping[str, str] | None = None) -> dict[str, str]:
         f"aiohttp {aiohttp.__version__}, orjson {orjson.__version__})",
         "loadwatcher": f"commit {commit}{' with uncommitted changes' if dirty else ''}",
     }
-    patterns = {"prometheus": r"version (\S+)", "nginx": r"nginx/(\S+)", "wrk": r"wrk (\S+)"}
+    versions = {"prometheus": ("--version", r"version (\S+)"), "nginx": ("-v", r"nginx/(\S+)")}
+    versions["wrk"] = ("-v", r"wrk (\S+)")
     for name, path in (tools or {}).items():
-        if name in patterns:
-            flag = "-v" if name in ("nginx", "wrk") else "--version"
-            facts[name] = _version([path, flag], patterns[name])
+        if name in versions:
+            facts[name] = _version([path, versions[name][0]], versions[name][1])
     return facts
 
 
@@ -308,3 +379,12 @@ def write_block(out: Path, name: str, lines: Sequence[str]) -> str:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(new.rstrip("\n") + "\n", encoding="utf-8")
     return block
+
+
+def report(run: Run, out: Path, name: str, lines: Sequence[str], raw: Path, doc: object) -> None:
+    """Write ``lines`` as the ``name`` block of ``out`` (and print it), the raw figures
+    ``doc`` (dataclasses welcome) as JSON to ``raw``."""
+    print(write_block(out, name, lines))
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    raw.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+    progress(f"wrote {out} and {raw} in {run.took_s / 60:.1f} min")

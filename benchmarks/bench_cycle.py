@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import functools
 import importlib
-import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -18,20 +17,24 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from bench_common import GO_QUERIES, cpu_s, progress, setup_paths
+from bench_common import GO_QUERIES, STEP_S, cpu_s, med, progress, setup_paths
 
 setup_paths()
 
 from loadwatcher import app, config  # noqa: E402
 from loadwatcher.engine import Engine  # noqa: E402
 
-STEP_S = 15.0
-
 Request = tuple[str, str, tuple[tuple[str, str], ...]]
 """(method, url, sorted params) of one backend request."""
-
 # How often the cold start's watcher looks at ``engine.current`` besides the publication hook.
 WATCH_S = 0.002
+# The pure functions the engine calls through their modules: (module, function, phase).
+PHASE_FUNCTIONS = (
+    ("loadwatcher.pipeline.analysis", "analyse", "analysis"),
+    ("loadwatcher.pipeline.snapshot", "build", "rollups"),
+    ("loadwatcher.engine.published", "publish", "render+gzip"),
+    ("loadwatcher.pipeline.snapshot", "encode_without_windows", "snapshot→bytes"),
+)
 
 
 @dataclass
@@ -41,17 +44,17 @@ class CycleRun:
     phases_ms: dict[str, float]
     samples: int
     requests: int
-    cpu_ms: float = 0.0
+    cpu_ms: float
     """Process CPU over the cycle (every thread)."""
-    idle_cpu_ms: float = 0.0
+    idle_cpu_ms: float
     """Process CPU of the idle work the cycle left (the WAL fold), awaited right after it."""
-    phases_cpu_ms: dict[str, float] = field(default_factory=dict)
-    first_full_ms: float | None = None
+    phases_cpu_ms: dict[str, float]
+    first_full_ms: float | None
     """Cold start: cycle start -> the first publication holding every node."""
+    prom_cpu_ms: float | None
+    """Prometheus's CPU (user + system) over the cycle, when its process is known."""
     go_reference_ms: float | None = None
     """Cold start: the Go load-watcher's four 15-minute queries, one after another."""
-    prom_cpu_ms: float | None = None
-    """Prometheus's CPU (user + system) over the cycle, when its process is known."""
 
 
 @dataclass
@@ -86,23 +89,19 @@ class Probe:
     """Timing wrappers around what the engine calls; collects one cycle's phases."""
 
     def __init__(self) -> None:
+        self.snapshot_bytes = 0
+        self.fold_ms: list[float] = []
+        self._lock = threading.Lock()
+        self._stack = contextlib.ExitStack()
+        self.reset()
+
+    def reset(self) -> None:
         self.phases: dict[str, float] = {}
         self.phases_cpu: dict[str, float] = {}
         self.requests: list[Request] = []
         self.samples = 0
-        self.snapshot_bytes = 0
-        self.fold_ms: list[float] = []
-        self._calls: list[_ThreadCall] = []
-        self._lock = threading.Lock()
-        self._stack = contextlib.ExitStack()
-
-    def reset(self) -> None:
-        self.phases = {}
-        self.phases_cpu = {}
-        self.requests = []
-        self.samples = 0
         with self._lock:
-            self._calls = []
+            self._calls: list[_ThreadCall] = []
 
     def _add(self, phase: str, seconds: float, cpu_s: float) -> None:
         self.phases[phase] = self.phases.get(phase, 0.0) + seconds * 1000.0
@@ -112,9 +111,8 @@ class Probe:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             # The calling thread's own CPU clock: a worker thread of asyncio.to_thread.
-            call = _ThreadCall(
-                time.pthread_getcpuclockid(threading.get_ident()), time.thread_time()
-            )
+            clock = time.pthread_getcpuclockid(threading.get_ident())
+            call = _ThreadCall(clock, time.thread_time())
             with self._lock:
                 self._calls.append(call)
             began = time.perf_counter()
@@ -126,60 +124,53 @@ class Probe:
 
         return wrapper
 
-    def _thread_cpu_marks(self) -> list[float]:
-        """Where each thread phase of this cycle stands on its thread's CPU clock now."""
-        with self._lock:
-            return [c.cpu_now() for c in self._calls]
-
     def _thread_cpu_since(self, marks: list[float]) -> float:
-        """CPU the thread phases used since ``marks`` were taken (those started since: all)."""
+        """CPU the thread phases used since ``marks`` (each one's clock then) were taken;
+        those started since: all of theirs."""
         with self._lock:
             calls = list(self._calls)
-        used = 0.0
-        for k, call in enumerate(calls):
-            used += call.cpu_now() - (marks[k] if k < len(marks) else call.start)
-        return used
+        return sum(
+            c.cpu_now() - (marks[k] if k < len(marks) else c.start) for k, c in enumerate(calls)
+        )
 
     def _timed_async(
         self, phase: str, fn: Callable[..., Awaitable[Any]]
     ) -> Callable[..., Awaitable[Any]]:
         @functools.wraps(fn)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            marks = self._thread_cpu_marks()
-            began = time.perf_counter()
-            cpu = time.process_time()
+            with self._lock:
+                marks = [c.cpu_now() for c in self._calls]
+            began, cpu = time.perf_counter(), time.process_time()
             try:
                 return await fn(*args, **kwargs)
             finally:
                 cpu = time.process_time() - cpu
-                wall = time.perf_counter() - began
                 # The rendering runs in a thread beside the journal write: its CPU is its own.
-                self._add(phase, wall, max(0.0, cpu - self._thread_cpu_since(marks)))
+                own = max(0.0, cpu - self._thread_cpu_since(marks))
+                self._add(phase, time.perf_counter() - began, own)
 
         return wrapper
 
+    def _replace(self, obj: Any, attr: str, new: Callable[..., Any], undo: bool = False) -> None:
+        if undo:
+            self._stack.callback(setattr, obj, attr, getattr(obj, attr))
+        setattr(obj, attr, new)
+
     def patch_modules(self) -> None:
         """Wrap the pure functions the engine calls through their modules (until close)."""
-        for module_name, attr, phase in (
-            ("loadwatcher.pipeline.analysis", "analyse", "analysis"),
-            ("loadwatcher.pipeline.snapshot", "build", "rollups"),
-            ("loadwatcher.engine.published", "publish", "render+gzip"),
-            ("loadwatcher.pipeline.snapshot", "encode_without_windows", "snapshot→bytes"),
-        ):
+        for module_name, attr, phase in PHASE_FUNCTIONS:
             module = importlib.import_module(module_name)
-            original = getattr(module, attr, None)
-            if original is None:
-                continue
-            wrapped = self._timed(phase, original)
+            wrapped = self._timed(phase, getattr(module, attr))
             if attr == "encode_without_windows":
-                wrapped = self._count_bytes(wrapped)
-            setattr(module, attr, wrapped)
-            self._stack.callback(setattr, module, attr, original)
+                wrapped = self._counting(
+                    wrapped, lambda out: setattr(self, "snapshot_bytes", len(out))
+                )
+            self._replace(module, attr, wrapped, undo=True)
 
-    def _count_bytes(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def _counting(self, fn: Callable[..., Any], count: Callable[[Any], None]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             out = fn(*args, **kwargs)
-            self.snapshot_bytes = len(out)
+            count(out)
             return out
 
         return wrapper
@@ -187,30 +178,25 @@ class Probe:
     def attach(self, engine: Engine) -> None:
         """Wrap this engine's provider fetch, store writes, HTTP requests and journal write."""
         provider: Any = engine.provider
-        provider.fetch = self._timed_async("fetch", provider.fetch)
-        # A cold start's early snapshot, from the backend's own aggregates, when it has one.
-        if hasattr(provider, "fetch_summary"):
-            provider.fetch_summary = self._timed_async("early fetch", provider.fetch_summary)
+        self._replace(provider, "fetch", self._timed_async("fetch", provider.fetch))
+        # A cold start's early snapshot, from the backend's own aggregates.
+        early = self._timed_async("early fetch", provider.fetch_summary)
+        self._replace(provider, "fetch_summary", early)
         store: Any = engine.store
-        add = store.add
 
-        def counting_add(series: Any, **kwargs: Any) -> Any:
-            result = add(series, **kwargs)
+        def add_samples(result: Any) -> None:
             self.samples += len(result.added)
-            return result
 
-        store.add = self._timed("store", counting_add)  # merges and trims in one pass
-        add_in_turn = store.add_in_turn  # a cold start's slices, one after the other
-
-        def counting_add_in_turn(batches: Any, **kwargs: Any) -> Any:
-            result = add_in_turn(batches, **kwargs)
-            self.samples += len(result.added)
-            return result
-
-        store.add_in_turn = self._timed("store", counting_add_in_turn)
+        # ``add`` merges and trims in one pass; ``add_in_turn`` takes a cold start's slices.
+        for name in ("add", "add_in_turn"):
+            self._replace(
+                store, name, self._timed("store", self._counting(getattr(store, name), add_samples))
+            )
         if engine.journal is not None:
             journal: Any = engine.journal
-            journal.write_cycle = self._timed_async("journal write", journal.write_cycle)
+            self._replace(
+                journal, "write_cycle", self._timed_async("journal write", journal.write_cycle)
+            )
             fold = journal.fold_wal
 
             async def timed_fold() -> None:
@@ -218,14 +204,10 @@ class Probe:
                 await fold()
                 self.fold_ms.append((time.perf_counter() - began) * 1000.0)
 
-            journal.fold_wal = timed_fold
-        http = getattr(provider, "_http", None)
-        if http is None or not hasattr(http, "request_json"):
-            raise RuntimeError("cannot record the provider's requests (no _http.request_json)")
-        # Prometheus reads raw bytes (request_bytes), the other providers decoded JSON.
+            self._replace(journal, "fold_wal", timed_fold)
+        http = provider._http  # Prometheus reads raw bytes; its diagnoses read JSON
         for name in ("request_json", "request_bytes"):
-            if hasattr(http, name):
-                setattr(http, name, self._recording(http.settings.address, getattr(http, name)))
+            self._replace(http, name, self._recording(http.settings.address, getattr(http, name)))
 
     def _recording(self, address: str, request: Callable[..., Any]) -> Callable[..., Any]:
         async def recording(method: str, path: str, **kwargs: Any) -> Any:
@@ -267,9 +249,8 @@ async def reference(session: aiohttp.ClientSession, requests: list[Request]) -> 
     """Milliseconds to send ``requests`` concurrently and read (then drop) every body."""
 
     async def one(method: str, url: str, params: tuple[tuple[str, str], ...]) -> None:
-        async with session.request(
-            method, url, params=dict(params), headers={"Accept": "application/json"}
-        ) as resp:
+        headers = {"Accept": "application/json"}
+        async with session.request(method, url, params=dict(params), headers=headers) as resp:
             await resp.read()
             if resp.status != 200:
                 raise RuntimeError(f"reference request {url} {params} -> {resp.status}")
@@ -287,8 +268,7 @@ async def _watched_cycle(engine: Engine, now: float, nodes: int) -> tuple[float,
     """Run one cycle as a task; seconds (perf_counter) when it ended and when ``engine.current``
     first held ``nodes`` nodes (None: never). Seen both at the engine's publication hook and
     by looking at ``engine.current`` every ``WATCH_S``, so an early publication is caught
-    however it is made.
-    """
+    however it is made."""
     first: list[float] = []
 
     def look() -> None:
@@ -343,8 +323,7 @@ async def _measured(
     probe.reset()
     first_full_ms: float | None = None
     prom_cpu = cpu_s(prom_pid) if prom_pid is not None else 0.0
-    cpu = time.process_time()
-    began = time.perf_counter()
+    cpu, began = time.process_time(), time.perf_counter()
     if watch_nodes is None:
         await engine.cycle(now)
         ended = time.perf_counter()
@@ -355,11 +334,7 @@ async def _measured(
         else:
             first_full_ms = (first - began) * 1000.0
     cycle_cpu = time.process_time()
-    if prom_pid is not None:
-        prom_cpu_ms: float | None = (cpu_s(prom_pid) - prom_cpu) * 1000.0
-    else:
-        prom_cpu_ms = None
-    service_ms = (ended - began) * 1000.0
+    prom_cpu_ms = (cpu_s(prom_pid) - prom_cpu) * 1000.0 if prom_pid is not None else None
     # The idle work the cycle left is part of what each poll costs: awaited here, so that
     # its CPU is the poll's, and before any reference.
     await engine.wait_idle_work()
@@ -370,25 +345,56 @@ async def _measured(
     if ref_ms is None or sorted(recorded) != sorted(predicted or []):
         ref_ms = await reference(session, recorded)
     return CycleRun(
-        service_ms,
-        ref_ms,
-        dict(probe.phases),
-        probe.samples,
-        len(recorded),
-        cpu_ms=(cycle_cpu - cpu) * 1000.0,
-        idle_cpu_ms=(idle_cpu - cycle_cpu) * 1000.0,
-        phases_cpu_ms=dict(probe.phases_cpu),
-        first_full_ms=first_full_ms,
-        prom_cpu_ms=prom_cpu_ms,
-    )
+        (ended - began) * 1000.0, ref_ms, dict(probe.phases), probe.samples, len(recorded),
+        (cycle_cpu - cpu) * 1000.0, (idle_cpu - cycle_cpu) * 1000.0, dict(probe.phases_cpu),
+        first_full_ms, prom_cpu_ms,
+    )  # fmt: skip
 
 
 def _with_time(requests: list[Request], now: float) -> list[Request]:
     """The same requests evaluated at ``now`` (the provider sends ``time`` with 3 decimals)."""
-    out: list[Request] = []
-    for method, url, params in requests:
-        out.append((method, url, tuple((k, f"{now:.3f}" if k == "time" else v) for k, v in params)))
-    return out
+    return [
+        (method, url, tuple((k, f"{now:.3f}" if k == "time" else v) for k, v in params))
+        for method, url, params in requests
+    ]
+
+
+async def _cold_starts(
+    prom_url: str, nodes: int, now0: float, repeat: int, workdir: Path, probe: Probe,
+    result: CycleResult,
+) -> Engine:  # fmt: skip
+    """``repeat`` cold starts at ``now0``, each on a fresh engine and journal; the last
+    engine, for the steady cycles."""
+    # Warm-up: imports, code paths, Prometheus' page cache; learns the cold requests.
+    warm = build_engine(prom_url, None)
+    probe.attach(warm)
+    await warm.cycle(now0)
+    cold_requests = list(probe.requests)
+    await warm.close()
+    await go_reference(prom_url, now0)
+    engine: Engine | None = None
+    for rep in range(repeat):
+        if engine is not None:
+            await engine.close()
+        engine = build_engine(prom_url, workdir / f"cycle-{nodes}-{rep}.db")
+        probe.attach(engine)
+        await engine.recover()
+        references_first = rep % 2 == 1
+        go_ms = await go_reference(prom_url, now0) if references_first else None
+        async with _session() as session:
+            run = await _measured(
+                engine, probe, now0, session, cold_requests, references_first, nodes
+            )
+        run.go_reference_ms = go_ms if go_ms is not None else await go_reference(prom_url, now0)
+        result.cold.append(run)
+        progress(
+            f"  {nodes} nodes cold start {rep + 1}/{repeat}: first full snapshot "
+            f"{run.first_full_ms or float('nan'):.0f} ms (Go's 15m queries "
+            f"{run.go_reference_ms:.0f} ms), cycle {run.service_ms:.0f} ms (bare HTTP "
+            f"{run.reference_ms:.0f} ms), {run.samples} samples"
+        )
+    assert engine is not None
+    return engine
 
 
 async def bench(
@@ -405,38 +411,7 @@ async def bench(
     probe = Probe()
     probe.patch_modules()
     try:
-        # Warm-up: imports, code paths, Prometheus' page cache; learns the cold requests.
-        warm = build_engine(prom_url, None)
-        probe.attach(warm)
-        await warm.cycle(now0)
-        cold_requests = list(probe.requests)
-        await warm.close()
-        del warm
-        await go_reference(prom_url, now0)
-        engine: Engine | None = None
-        for rep in range(repeat):
-            if engine is not None:
-                await engine.close()
-            db = workdir / f"cycle-{nodes}-{rep}.db"
-            engine = build_engine(prom_url, db)
-            probe.attach(engine)
-            await engine.recover()
-            references_first = rep % 2 == 1
-            go_ms = await go_reference(prom_url, now0) if references_first else None
-            async with _session() as session:
-                run = await _measured(
-                    engine, probe, now0, session, cold_requests, references_first, nodes
-                )
-            run.go_reference_ms = go_ms if go_ms is not None else await go_reference(prom_url, now0)
-            result.cold.append(run)
-            progress(
-                f"  {nodes} nodes cold start {rep + 1}/{repeat}: first full snapshot "
-                f"{run.first_full_ms or float('nan'):.0f} ms (Go's 15m queries "
-                f"{run.go_reference_ms:.0f} ms), "
-                f"cycle {run.service_ms:.0f} ms (bare HTTP {run.reference_ms:.0f} ms), "
-                f"{run.samples} samples"
-            )
-        assert engine is not None
+        engine = await _cold_starts(prom_url, nodes, now0, repeat, workdir, probe, result)
         async with _session() as session:
             now = now0
             last: list[Request] = []
@@ -456,34 +431,26 @@ async def bench(
                         result.go_prom_cpu_ms.append((cpu_s(prom_pid) - before) * 1000.0)
         await engine.wait_idle_work()
         result.fold_ms = probe.fold_ms[1:]  # the first follows the cold start
-        steady_ms = sorted(r.service_ms for r in result.steady)
-        steady_cpu = sorted(r.cpu_ms + r.idle_cpu_ms for r in result.steady)
-        if steady_ms:
+        if result.steady:
             progress(
-                f"  {nodes} nodes steady state: {len(steady_ms)} cycles, median service "
-                f"{steady_ms[len(steady_ms) // 2]:.0f} ms, CPU per poll "
-                f"{steady_cpu[len(steady_cpu) // 2]:.0f} ms"
+                f"  {nodes} nodes steady state: {len(result.steady)} cycles, median service "
+                f"{med([r.service_ms for r in result.steady]):.0f} ms, CPU per poll "
+                f"{med([r.cpu_ms + r.idle_cpu_ms for r in result.steady]):.0f} ms"
             )
-        db_path = Path(str(engine.journal.path)) if engine.journal else None
-        if db_path is not None:
-            result.journal_wal_bytes = _size(Path(str(db_path) + "-wal"))
+        db = Path(str(engine.journal.path)) if engine.journal else None
+        result.journal_wal_bytes = _size(Path(f"{db}-wal")) if db else 0
         await engine.close()  # checkpoints the WAL into the main file
-        if db_path is not None:
-            result.journal_bytes = _size(db_path)
+        result.journal_bytes = _size(db) if db else 0
         result.snapshot_bytes = probe.snapshot_bytes
     finally:
         probe.close()
     for path in workdir.glob(f"cycle-{nodes}-*.db*"):
-        with contextlib.suppress(OSError):
-            path.unlink()
+        path.unlink(missing_ok=True)
     return result
 
 
 def _size(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
+    return path.stat().st_size if path.exists() else 0
 
 
 @contextlib.contextmanager

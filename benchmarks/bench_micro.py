@@ -64,17 +64,18 @@ def _swapped(module: Any, **attrs: Any) -> Iterator[None]:
 # -- remote write ----------------------------------------------------------------------------
 
 
-def _rw_work(payload: Any) -> Callable[[], Callable[[], object]]:
+def _rw_work(rules: bool) -> Callable[[], Callable[[], object]]:
+    """Decode and map one round of the bodies push.py sends (a receiver that has read them
+    once: steady state, every label set seen before)."""
+
     def build() -> Callable[[], object]:
+        payload = RulePayload(5000) if rules else DiscardPayload(100)
         bodies = [b.data for b in payload.round(NOW, 1)]
         receiver = RemoteWriteReceiver(RemoteWriteMapping())
 
         def read() -> object:
-            out = []
-            for body in bodies:
-                req = remote_write.decode_write_request(body, 1 << 26)
-                out.append(receiver.map(req, NOW + 1).batch.values.tolist())
-            return out
+            requests = (remote_write.decode_write_request(body, 1 << 26) for body in bodies)
+            return [receiver.map(req, NOW + 1).batch.values.tolist() for req in requests]
 
         return read
 
@@ -92,13 +93,21 @@ def _none_known(req: Any, pending: Any, index: Any) -> Any:
     return part, pending
 
 
-def _none_bulk(req: Any, pending: Any, index: Any) -> Any:
-    part, _ = _none_known(req, pending, index)
-    return part, pending
+def _rw(path: str, what: str, twin: str, rules: bool, **tiers: Any) -> Pair:
+    """A remote-write pair: ``tiers`` (the reader's functions) replaced by their none-read
+    twins, on the rule series of 5,000 nodes or the other metrics of 100."""
+    unit = (
+        "decode + map 5,000 nodes' rule series (5 bodies), steady"
+        if rules
+        else "decode + map 200 other metrics of 100 nodes (10 bodies), steady"
+    )
+    return Pair(
+        path, what, twin, INGEST, unit, _rw_work(rules), lambda: _swapped(remote_write, **tiers)
+    )
 
 
-def _rw_plain(**tiers: Any) -> Callable[[], contextlib.AbstractContextManager[None]]:
-    return lambda: _swapped(remote_write, **tiers)
+TIERS = {"_metric_from_first_label": _no_first_label, "_read_known": _none_known,
+         "_read_bulk": _none_known}  # fmt: skip
 
 
 # -- line protocol ---------------------------------------------------------------------------
@@ -185,41 +194,17 @@ def _numbers_one_by_one(values: Any) -> list[str]:
 
 
 PAIRS = (
-    Pair(
-        "rw-all",
-        "remote-write reader, tiers 1-3 (`push/remote_write.py`, `bulk.py`, `series_index.py`)",
-        "protobuf's parser for every series (tier 4)", INGEST,
-        "decode + map 5,000 nodes' rule series (5 bodies), steady",
-        _rw_work(RulePayload(5000)),
-        _rw_plain(_metric_from_first_label=_no_first_label, _read_known=_none_known,
-                  _read_bulk=_none_bulk),
-    ),
-    Pair(
-        "rw-all-discard", "remote-write reader, tiers 1-3, other metrics",
-        "protobuf's parser for every series (tier 4)", INGEST,
-        "decode + map 200 other metrics of 100 nodes (10 bodies), steady",
-        _rw_work(DiscardPayload(100)),
-        _rw_plain(_metric_from_first_label=_no_first_label, _read_known=_none_known,
-                  _read_bulk=_none_bulk),
-    ),
-    Pair(
-        "rw-first-label", "tier 1: the metric name from each series' first label",
-        "tiers 2-4 read every series' labels", INGEST,
-        "decode + map 200 other metrics of 100 nodes (10 bodies), steady",
-        _rw_work(DiscardPayload(100)), _rw_plain(_metric_from_first_label=_no_first_label),
-    ),
-    Pair(
-        "rw-known", "tier 2: label sets read before (`SeriesIndex`), only the sample read",
-        "tier 3 (bulk) reads every series again", INGEST,
-        "decode + map 5,000 nodes' rule series (5 bodies), steady",
-        _rw_work(RulePayload(5000)), _rw_plain(_read_known=_none_known),
-    ),
-    Pair(
-        "rw-bulk", "tiers 2 and 3: the bulk reader and the index it fills",
-        "protobuf's parser (tier 4), nothing remembered", INGEST,
-        "decode + map 5,000 nodes' rule series (5 bodies), steady",
-        _rw_work(RulePayload(5000)), _rw_plain(_read_known=_none_known, _read_bulk=_none_bulk),
-    ),
+    _rw("rw-all", "remote-write reader, tiers 1-3 (`push/remote_write.py`, `bulk.py`, "
+        "`series_index.py`)", "protobuf's parser for every series (tier 4)", True, **TIERS),
+    _rw("rw-all-discard", "remote-write reader, tiers 1-3, other metrics",
+        "protobuf's parser for every series (tier 4)", False, **TIERS),
+    _rw("rw-first-label", "tier 1: the metric name from each series' first label",
+        "tiers 2-4 read every series' labels", False, _metric_from_first_label=_no_first_label),
+    _rw("rw-known", "tier 2: label sets read before (`SeriesIndex`), only the sample read",
+        "tier 3 (bulk) reads every series again", True, _read_known=_none_known),
+    _rw("rw-bulk", "tiers 2 and 3: the bulk reader and the index it fills",
+        "protobuf's parser (tier 4), nothing remembered", True, _read_known=_none_known,
+        _read_bulk=_none_known),
     Pair(
         "lp-split", "line protocol: lines without escapes split by bytes (`_parse`)",
         "the tokenizer (`_split_escaped`) for every line", INGEST + "; no line-protocol target",

@@ -1,5 +1,6 @@
 """The real service as a process (``python -m loadwatcher serve``, the Go load-watcher's
-environment variables, a free loopback port, a log file): its memory, CPU and start times."""
+environment variables, a free loopback port, a log file): its memory, CPU and start times.
+Method: the Method section of benchmarks/RESULTS.md."""
 
 from __future__ import annotations
 
@@ -12,20 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
-from bench_common import (
-    REPO,
-    cpu_s,
-    free_port,
-    http_get,
-    memory_kib,
-    progress,
-    serve_argv,
-    service_env,
-    spawn,
-    stop,
-    tail,
-    wait_http,
-)
+from bench_common import cpu_s, http_get, memory_kib, progress, service_env, spawn, stop, wait_http
+
+from tests.support.backends import free_port, serve_argv, tail
 
 POLL_S = 0.01
 # Watching for the next poll: /watcher/health is asked every WATCH_S, from WATCH_EARLY_S
@@ -34,7 +24,6 @@ WATCH_S = 0.05
 WATCH_EARLY_S = 0.5
 # /watcher/health requests sent back to back to learn what answering one costs the service.
 HEALTH_PROBES = 100
-
 # ``python -m loadwatcher`` with every response built by aiohttp's ``web.Response`` (the
 # plain twin of the prepared responses), for benchmarks/fastpaths.py.
 _PLAIN_RESPONSES = (
@@ -57,13 +46,13 @@ class Service:
     workdir: Path
     db: Path | str
     prom_url: str
-    port: int = field(default_factory=free_port)
-    poll_interval_s: float = 15.0
     name: str = "service"
-    plain_responses: bool = False
-    """Answer with aiohttp's ``web.Response`` only (no prepared responses)."""
+    poll_interval_s: float = 15.0
     provider: str = "Prometheus"
     env: dict[str, str] = field(default_factory=dict)
+    plain_responses: bool = False
+    """Answer with aiohttp's ``web.Response`` only (no prepared responses)."""
+    port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     spawned_at: float = 0.0
 
@@ -75,24 +64,29 @@ class Service:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise ServiceError("service not started")
+        return self.proc.pid
+
     def start(self) -> Service:
         env = service_env(METRICS_PROVIDER_NAME=self.provider, **self.env)
         if self.prom_url:
             env["METRICS_PROVIDER_ADDRESS"] = self.prom_url
         argv = serve_argv(self.port, self.db, self.poll_interval_s)
         if self.plain_responses:
-            assert argv[1:3] == ["-m", "loadwatcher"], argv
-            argv[1:3] = ["-c", _PLAIN_RESPONSES]
+            argv[1:3] = ["-c", _PLAIN_RESPONSES]  # in place of ``-m loadwatcher``
         self.spawned_at = time.monotonic()
-        self.proc = spawn(argv, self.log_path, env=env, cwd=REPO)
+        self.proc = spawn(argv, self.log_path, env)
         return self
-
-    def stop(self) -> int | None:
-        return stop(self.proc)
 
     def ready(self, timeout_s: float = 60.0) -> Service:
         wait_http(self.port, "/healthz", self.log_path, timeout_s)
         return self
+
+    def stop(self) -> int | None:
+        return stop(self.proc)
 
     def stopped_cleanly(self) -> None:
         """Stop it; raise ServiceError with its log unless it exited 0."""
@@ -100,69 +94,47 @@ class Service:
         if code != 0:
             raise ServiceError(f"{self.name} exited with {code}:\n{tail(self.log_path)}")
 
-    @property
-    def pid(self) -> int:
-        if self.proc is None:
-            raise ServiceError("service not started")
-        return self.proc.pid
-
-    def wait_all_nodes(self, nodes: int, timeout_s: float) -> float:
-        """Seconds from spawn to the first ``200`` on ``/watcher`` listing ``nodes`` nodes.
-
-        The time is taken when the response has been read, before it is parsed.
-        """
-        deadline = self.spawned_at + timeout_s
+    def wait_nodes(self, nodes: int, timeout_s: float, full: bool = False) -> float:
+        """Seconds from spawn to the first ``200`` on ``/watcher`` listing ``nodes`` nodes,
+        taken when the response has been read, before it is parsed. With ``full``, nodes
+        with the raw samples' rollups, not the cold start's early snapshot of the backend's
+        aggregates (tagged ``"rollups": "backend"``)."""
+        deadline = time.monotonic() + timeout_s
         last = "no answer"
         while True:
             if self.proc is not None and self.proc.poll() is not None:
-                raise ServiceError(
-                    f"service exited with {self.proc.returncode}:\n{tail(self.log_path)}"
-                )
+                raise ServiceError(f"exited with {self.proc.returncode}:\n{tail(self.log_path)}")
             try:
-                status, _, body = http_get(self.port, "/watcher", timeout_s=5.0)
+                status, _, body = http_get(self.port, "/watcher", timeout_s=30.0)
                 answered = time.monotonic()
+                last = f"HTTP {status}"
                 if status == 200:
-                    count = len(orjson.loads(body)["data"]["NodeMetricsMap"])
-                    if count == nodes:
+                    served = orjson.loads(body)["data"]["NodeMetricsMap"] or {}
+                    if full:
+                        served = [n for n in served.values() if "rollups" not in n.get("tags", {})]
+                    if len(served) == nodes:
                         return answered - self.spawned_at
-                    last = f"200 with {count} nodes"
-                else:
-                    last = f"HTTP {status}"
+                    last = f"200 with {len(served)} nodes"
             except OSError as exc:
                 last = repr(exc)
             if time.monotonic() > deadline:
                 raise ServiceError(
-                    f"no 200 with {nodes} nodes within {timeout_s:.0f} s (last: {last})\n"
+                    f"no 200 with {nodes} nodes in {timeout_s:.0f} s ({last})\n"
                     f"{tail(self.log_path)}"
                 )
             time.sleep(POLL_S)
 
-    def wait_full_rollups(self, timeout_s: float) -> None:
-        """Wait until ``/watcher`` serves the raw samples' rollups, not the cold start's
-        early snapshot of the backend's aggregates (nodes tagged ``"rollups": "backend"``)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            status, _, body = http_get(self.port, "/watcher", timeout_s=5.0)
-            if status == 200:
-                nodes = orjson.loads(body)["data"]["NodeMetricsMap"].values()
-                if nodes and all("rollups" not in n.get("tags", {}) for n in nodes):
-                    return
-            if time.monotonic() > deadline:
-                raise ServiceError(f"no snapshot of the raw samples within {timeout_s:.0f} s")
-            time.sleep(0.05)
-
     def taken_at(self) -> float | None:
         """The current snapshot's time, from ``/watcher/health``."""
-        _, _, body = http_get(self.port, "/watcher/health")
-        snap = orjson.loads(body).get("snapshot") or {}
-        value = snap.get("takenAt")
+        body = http_get(self.port, "/watcher/health")[2]  # 200 or 503: the same document
+        value = (orjson.loads(body).get("snapshot") or {}).get("takenAt")
         return float(value) if value is not None else None
 
     def watch_polls(self, polls: int, timeout_s: float) -> list[PollSeen]:
         """The next ``polls`` polls, each seen as soon as /watcher/health shows a snapshot
         taken at least half a poll interval after the last one seen (a cold cycle that
-        publishes twice, early then in full, is one poll). Each comes with what
-        /proc/PID/status and /proc/PID/stat said right after."""
+        publishes twice, early then in full, is one poll), with what /proc/PID/status and
+        /proc/PID/stat said right after."""
         deadline = time.monotonic() + timeout_s
         interval = self.poll_interval_s
         last = self.taken_at()
@@ -193,22 +165,7 @@ class Service:
         for _ in range(HEALTH_PROBES):
             self.taken_at()
         used = task_cpu_ns(self.pid) - before
-        if self.taken_at() != taken_at:
-            return None
-        return used / 1e6 / HEALTH_PROBES
-
-    def wait_cycles(self, cycles: int, timeout_s: float) -> None:
-        """Wait until the snapshot has been replaced ``cycles`` times (successful polls)."""
-        deadline = time.monotonic() + timeout_s
-        seen = self.taken_at()
-        done = 0
-        while done < cycles:
-            if time.monotonic() > deadline:
-                raise ServiceError(f"only {done} of {cycles} poll cycles in {timeout_s:.0f} s")
-            time.sleep(0.2)
-            now = self.taken_at()
-            if now is not None and now != seen:
-                seen, done = now, done + 1
+        return used / 1e6 / HEALTH_PROBES if self.taken_at() == taken_at else None
 
 
 def task_cpu_ns(pid: int) -> int:
@@ -241,57 +198,45 @@ class MemoryResult:
     first_full_s: float
     cycles: int
     rss_kib: int
-    """VmRSS after the last poll."""
+    """VmRSS after the last poll; VmHWM (peak RSS) over the cold start and every poll."""
     hwm_kib: int
-    """VmHWM (peak RSS) over the cold start and every poll."""
-    journal_bytes: int = 0
-    steady_rss_kib: int = 0
+    journal_bytes: int
+    steady_rss_kib: int
     """The median VmRSS read right after each of the last half of the polls."""
-    polls: list[PollSeen] = field(default_factory=list)
+    polls: list[PollSeen]
+    health_request_cpu_ms: float | None
+    """The service's CPU per /watcher/health request (None: a poll ran while measuring it)."""
     cpu_ms_per_poll: float | None = None
     """utime + stime between the first poll seen and the last, per poll (None: one poll)."""
     health_requests_per_poll: float = 0.0
-    health_request_cpu_ms: float | None = None
-    """The service's CPU per /watcher/health request (None: a poll ran while measuring it)."""
 
 
 def memory(
     workdir: Path, prom_url: str, nodes: int, db: Path, cycles: int, poll_interval_s: float
 ) -> MemoryResult:
     """Peak and steady RSS of a cold start (``db`` does not exist yet) followed by ``cycles``
-    polls after the first full answer, and the process's CPU per poll over those polls.
-
-    The journal it leaves behind (stopped cleanly, WAL checkpointed) is ``db``.
-    """
-
-    service = Service(workdir, db, prom_url, poll_interval_s=poll_interval_s, name="memory")
+    polls after the first full answer, and the process's CPU per poll over those polls. The
+    journal it leaves behind (stopped cleanly, WAL checkpointed) is ``db``."""
+    service = Service(workdir, db, prom_url, "memory", poll_interval_s)
     try:
-        first = service.start().wait_all_nodes(nodes, timeout_s=180)
+        first = service.start().wait_nodes(nodes, timeout_s=180)
         progress(f"  service has all {nodes} nodes {first:.1f} s after start")
         polls = service.watch_polls(cycles, timeout_s=60 + cycles * (poll_interval_s + 30))
         mem = memory_kib(service.pid)
         health_ms = service.health_cost_ms(polls[-1].taken_at)
     finally:
         service.stopped_cleanly()
-    last_half = polls[len(polls) // 2 :]
+    steady = int(statistics.median(p.rss_kib for p in polls[len(polls) // 2 :]))
     result = MemoryResult(
-        nodes,
-        first,
-        cycles,
-        mem["VmRSS"],
-        mem["VmHWM"],
-        journal_bytes=db.stat().st_size,
-        steady_rss_kib=int(statistics.median(p.rss_kib for p in last_half)),
-        polls=polls,
-        health_request_cpu_ms=health_ms,
-    )
+        nodes, first, cycles, mem["VmRSS"], mem["VmHWM"], db.stat().st_size, steady, polls,
+        health_ms,
+    )  # fmt: skip
     if len(polls) > 1:
-        between = polls[1:]
-        result.cpu_ms_per_poll = (polls[-1].cpu_s - polls[0].cpu_s) * 1000.0 / len(between)
-        result.health_requests_per_poll = statistics.mean(p.requests for p in between)
+        result.cpu_ms_per_poll = (polls[-1].cpu_s - polls[0].cpu_s) * 1000.0 / (len(polls) - 1)
+        result.health_requests_per_poll = statistics.mean(p.requests for p in polls[1:])
     progress(
-        f"  peak RSS {result.hwm_kib / 1024:.0f} MB, steady {result.steady_rss_kib / 1024:.0f} MB"
-        f", CPU per poll {result.cpu_ms_per_poll or 0:.0f} ms over {len(polls) - 1} poll(s)"
+        f"  peak RSS {result.hwm_kib / 1024:.0f} MB, steady {steady / 1024:.0f} MB, CPU per "
+        f"poll {result.cpu_ms_per_poll or 0:.0f} ms over {len(polls) - 1} poll(s)"
     )
     return result
 
@@ -305,12 +250,13 @@ class StartResult:
     import_rss_kib: int = 0
 
 
-def _starts(
+def starts(
     workdir: Path, prom_url: str, nodes: int, runs: int, journal: Path | None, name: str
 ) -> StartResult:
     """Process start -> first 200 on /watcher with all ``nodes``, ``runs`` times: each on a
     fresh copy of ``journal`` and its WAL (page cache warm), or on a path that does not
-    exist yet."""
+    exist yet (``journal`` None: a cold start, Prometheus up). After restarts, what
+    importing the service costs."""
     result = StartResult(nodes)
     workdir.mkdir(parents=True, exist_ok=True)
     for run in range(runs):
@@ -319,27 +265,16 @@ def _starts(
             shutil.copyfile(journal, db)
             if Path(f"{journal}-wal").exists():
                 shutil.copyfile(f"{journal}-wal", f"{db}-wal")
-        service = Service(workdir, db, prom_url, name=name)
+        service = Service(workdir, db, prom_url, name)
         try:
-            seconds = service.start().wait_all_nodes(nodes, timeout_s=120)
+            result.seconds.append(service.start().wait_nodes(nodes, timeout_s=120))
         finally:
             service.stopped_cleanly()
-        result.seconds.append(seconds)
-        progress(f"  {name} {run + 1}/{runs}: first 200 with all {nodes} nodes in {seconds:.3f} s")
+        progress(f"  {name} {run + 1}/{runs}: all {nodes} nodes in {result.seconds[-1]:.3f} s")
         for suffix in ("", "-wal", "-shm"):
             Path(f"{db}{suffix}").unlink(missing_ok=True)
-    return result
-
-
-def cold_start(workdir: Path, prom_url: str, nodes: int, runs: int) -> StartResult:
-    """Starts on an empty journal, Prometheus up."""
-    return _starts(workdir, prom_url, nodes, runs, None, "cold")
-
-
-def restart(workdir: Path, dead_prom_url: str, nodes: int, journal: Path, runs: int) -> StartResult:
-    """Restarts from ``journal``, the provider down; and what importing the service costs."""
-    result = _starts(workdir, dead_prom_url, nodes, runs, journal, "restart")
-    result.import_seconds, result.import_rss_kib = import_cost(runs)
+    if journal is not None:
+        result.import_seconds, result.import_rss_kib = import_cost(runs)
     return result
 
 
@@ -351,15 +286,15 @@ _IMPORT_PROBE = (
 
 def import_cost(runs: int) -> tuple[list[float], int]:
     """Seconds for a fresh interpreter to import the service, and the RSS that leaves (KiB)."""
-    seconds: list[float] = []
+    times: list[float] = []
     rss = 0
     for _ in range(runs):
         began = time.monotonic()
         argv = [sys.executable, "-c", _IMPORT_PROBE]
         done = subprocess.run(argv, capture_output=True, text=True, env=service_env(), timeout=60)
-        seconds.append(time.monotonic() - began)
+        times.append(time.monotonic() - began)
         rss = int(done.stdout.split()[-1])
-    return seconds, rss
+    return times, rss
 
 
 def crashed_journal(workdir: Path, prom_url: str, nodes: int, clean: Path) -> Path:
@@ -368,10 +303,10 @@ def crashed_journal(workdir: Path, prom_url: str, nodes: int, clean: Path) -> Pa
     workdir.mkdir(parents=True, exist_ok=True)
     db = workdir / "crashed.db"
     shutil.copyfile(clean, db)
-    service = Service(workdir, db, prom_url, name="crash")
+    service = Service(workdir, db, prom_url, "crash")
     try:
-        service.start().wait_all_nodes(nodes, timeout_s=120)
-        service.wait_cycles(1, timeout_s=120)
+        service.start().wait_nodes(nodes, timeout_s=120)
+        service.watch_polls(1, timeout_s=120)
     finally:
         if service.proc is not None:
             service.proc.kill()

@@ -38,21 +38,17 @@ from loadwatcher.scoring.profile import run_plugins
 NOW = 1_700_000_000.0
 
 
+def _pod(requests: dict[str, str], limits: dict[str, str], priority: int | None = None) -> Pod:
+    spec: dict[str, object] = {
+        "containers": [{"resources": {"requests": requests, "limits": limits}}]
+    }
+    return parse_pod(spec if priority is None else {**spec, "priority": priority})
+
+
 def synthetic_pod(rng: random.Random) -> Pod:
     cpu, mem = rng.choice(["100m", "250m", "500m", "1", "2"]), rng.choice(["128Mi", "1Gi", "4Gi"])
-    return parse_pod(
-        {
-            "containers": [
-                {
-                    "resources": {
-                        "requests": {"cpu": cpu, "memory": mem},
-                        "limits": {"cpu": cpu, "memory": mem},
-                    }
-                }
-            ],
-            "priority": rng.choice([0, 9000, 5500]),
-        }
-    )
+    resources = {"cpu": cpu, "memory": mem}
+    return _pod(resources, resources, rng.choice([0, 9000, 5500]))
 
 
 def synthetic_nodes(n: int, seed: int = 7) -> list[NodeInput]:
@@ -69,13 +65,8 @@ def synthetic_nodes(n: int, seed: int = 7) -> list[NodeInput]:
                 base = rng.uniform(5, 90)
                 for rollup in ("5m", "15m"):
                     avg, std = base + rng.uniform(-3, 3), rng.uniform(0, 10)
-                    for op, v in (
-                        ("Latest", avg),
-                        ("AVG", avg),
-                        ("STD", std),
-                        ("P95", avg + 2 * std),
-                    ):
-                        items.append(Metric(kind, op, v, "x", rollup))
+                    values = {"Latest": avg, "AVG": avg, "STD": std, "P95": avg + 2 * std}
+                    items += [Metric(kind, op, v, "x", rollup) for op, v in values.items()]
             metrics = tuple(items)
         last = NOW - (rng.uniform(0, 60) if rng.random() > 0.03 else 900)  # 3 % stale
         recent = tuple(
@@ -113,18 +104,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=30)
     opts = parser.parse_args()
     nodes = synthetic_nodes(opts.nodes)
-    pod = parse_pod(
-        {
-            "containers": [
-                {
-                    "resources": {
-                        "requests": {"cpu": "500m", "memory": "1Gi"},
-                        "limits": {"cpu": "1", "memory": "2Gi"},
-                    }
-                }
-            ]
-        }
-    )
+    pod = _pod({"cpu": "500m", "memory": "1Gi"}, {"cpu": "1", "memory": "2Gi"})
     cluster = build_cluster(nodes, now=NOW)
     plugins = [p for p in registry.plugins() if p.default]  # score's set, as RESULTS.md has it
     args = {p.name: registry.parse_plugin_args(p.name, None) for p in plugins}

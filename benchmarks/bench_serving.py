@@ -1,22 +1,24 @@
 """``GET /watcher`` on the real service under ``wrk`` against nginx serving its very bytes
-and headers (saved once it lists every node), alternating. Method: RESULTS.md."""
+and headers (saved once it lists every node), alternating; and the wrk rounds fastpaths.py
+uses too. Method: the Method section of benchmarks/RESULTS.md."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import pwd
 import re
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench_common import free_port, http_get, progress, spawn, stop, tail
+from bench_common import http_get, progress, spawn, stop, wait_http
 from bench_process import Service
 
+from tests.support.backends import free_port
+
 GZIP = {"Accept-Encoding": "gzip"}
-VARIANTS = ("plain", "gzip")
-TARGETS = ("service", "nginx")
+_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
 
 
 @dataclass(frozen=True)
@@ -32,63 +34,65 @@ class WrkResult:
 @dataclass
 class ServingResult:
     nodes: int
+    nginx_workers: str
+    wrk_args: str
     body_bytes: int = 0
     gzip_bytes: int = 0
     headers: dict[str, str] = field(default_factory=dict)
-    runs: dict[tuple[str, str], list[WrkResult]] = field(default_factory=dict)
-    nginx_workers: str = "1"
-    wrk_args: str = ""
-
-
-_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
-
-
-def _ms(text: str) -> float:
-    match = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text.strip())
-    if not match:
-        raise ValueError(f"unknown wrk latency {text!r}")
-    return float(match.group(1)) * _UNITS[match.group(2)]
+    runs: dict[str, list[WrkResult]] = field(default_factory=dict)
+    """``target/variant`` (service or nginx, plain or gzip): each round's figures."""
 
 
 def parse_wrk(output: str) -> WrkResult:
     """Requests/s, p50/p99 latency and error counts from ``wrk --latency`` output."""
-    rps = re.search(r"Requests/sec:\s*([\d.]+)", output)
-    p50 = re.search(r"^\s*50(?:\.0+)?%\s+(\S+)", output, re.M)
-    p99 = re.search(r"^\s*99(?:\.0+)?%\s+(\S+)", output, re.M)
-    total = re.search(r"(\d+) requests in", output)
+    latency = r"(?:\.0+)?%\s+([\d.]+)(us|ms|s|m)"
+    rps, p50, p99, total = (
+        re.search(pattern, output, re.M)
+        for pattern in (r"Requests/sec:\s*([\d.]+)", r"^\s*50" + latency, r"^\s*99" + latency,
+                        r"(\d+) requests in")
+    )  # fmt: skip
     if not (rps and p50 and p99 and total):
         raise ValueError(f"cannot parse wrk output:\n{output}")
-    errors = 0
-    sock = re.search(
-        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output
-    )
-    if sock:
-        errors += sum(int(g) for g in sock.groups())
+    socket = re.search(r"Socket errors: (.*)", output)  # connect N, read N, write N, timeout N
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
-    if non2xx:
-        errors += int(non2xx.group(1))
-    return WrkResult(
-        float(rps.group(1)), _ms(p50.group(1)), _ms(p99.group(1)), int(total.group(1)), errors
-    )
+    errors = sum(map(int, re.findall(r"\d+", socket.group(1)))) if socket else 0
+    errors += int(non2xx.group(1)) if non2xx else 0
+    p50_ms, p99_ms = (float(m.group(1)) * _UNITS[m.group(2)] for m in (p50, p99))
+    return WrkResult(float(rps.group(1)), p50_ms, p99_ms, int(total.group(1)), errors)
 
 
-def run_wrk(
-    wrk: str, url: str, gzip: bool, duration_s: int, threads: int, connections: int
-) -> WrkResult:
-    argv = [wrk, f"-t{threads}", f"-c{connections}", f"-d{duration_s}s", "--latency"]
-    if gzip:
-        argv += ["-H", "Accept-Encoding: gzip"]
+def wrk_args(args: argparse.Namespace) -> str:
+    return f"-t{args.wrk_threads} -c{args.wrk_connections} -d{args.wrk_duration}s --latency"
+
+
+def run_wrk(wrk: str, url: str, gzip: bool, args: argparse.Namespace) -> WrkResult:
+    argv = [wrk, *wrk_args(args).split(), *(["-H", "Accept-Encoding: gzip"] if gzip else []), url]
     done = subprocess.run(
-        [*argv, url],
-        capture_output=True,
-        text=True,
-        timeout=duration_s + 60,
-        check=False,
+        argv, capture_output=True, text=True, timeout=args.wrk_duration + 60, check=False,
         stdin=subprocess.DEVNULL,
-    )
+    )  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"wrk failed ({done.returncode}): {done.stderr}{done.stdout}")
     return parse_wrk(done.stdout)
+
+
+def wrk_rounds(
+    wrk: str, urls: dict[str, str], variants: tuple[str, ...], repeat: int, args: argparse.Namespace
+) -> dict[str, list[WrkResult]]:
+    """``repeat`` rounds of wrk on every url (``name: url``) for each variant (plain or gzip),
+    the order of the urls reversed every other round: ``name/variant``'s figures."""
+    runs: dict[str, list[WrkResult]] = {}
+    names = list(urls)
+    for rep in range(repeat):
+        for variant in variants:
+            for name in names if rep % 2 == 0 else names[::-1]:
+                run = run_wrk(wrk, urls[name], variant == "gzip", args)
+                runs.setdefault(f"{name}/{variant}", []).append(run)
+                progress(
+                    f"  wrk {rep + 1}/{repeat} {variant:5} {name:7}: {run.requests_per_s:8.0f} "
+                    f"req/s, p50 {run.p50_ms:.2f} ms, p99 {run.p99_ms:.2f} ms, errors {run.errors}"
+                )
+    return runs
 
 
 def _nginx_conf(root: Path, port: int, headers: dict[str, str], gz_etag: str, workers: str) -> str:
@@ -137,88 +141,38 @@ http {{
 """
 
 
-def _wait_http(port: int, log: Path, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            status, _, _ = http_get(port, "/watcher", timeout_s=1.0)
-            if status == 200:
-                return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"nginx not serving on {port}:\n{tail(log)}")
-        time.sleep(0.05)
+def _both(port: int) -> tuple[tuple[int, dict[str, str], bytes], tuple[int, dict[str, str], bytes]]:
+    """The plain and the gzip answer of ``GET /watcher``."""
+    return http_get(port, "/watcher"), http_get(port, "/watcher", GZIP)
 
 
 def bench(
-    workdir: Path,
-    prom_url: str,
-    nodes: int,
-    tools: dict[str, str],
-    repeat: int,
-    duration_s: int,
-    threads: int,
-    connections: int,
-    nginx_workers: str,
-    poll_interval_s: float,
+    workdir: Path, prom_url: str, nodes: int, tools: dict[str, str], args: argparse.Namespace
 ) -> ServingResult:
-    result = ServingResult(nodes, nginx_workers=nginx_workers)
-    result.wrk_args = f"-t{threads} -c{connections} -d{duration_s}s --latency"
-    service = Service(
-        workdir, workdir / "serving.db", prom_url, free_port(), poll_interval_s, name="serving"
-    )
+    result = ServingResult(nodes, args.nginx_workers, wrk_args(args))
+    service = Service(workdir, workdir / "serving.db", prom_url, "serving")
+    service.poll_interval_s = args.serve_poll_interval_s
     nginx = None
     try:
-        service.start()
-        service.wait_all_nodes(nodes, timeout_s=180)
-        service.wait_full_rollups(timeout_s=180)
-        status, headers, body = http_get(service.port, "/watcher")
-        gz_status, gz_headers, gz_body = http_get(service.port, "/watcher", GZIP)
+        service.start().wait_nodes(nodes, timeout_s=180, full=True)
+        (status, headers, body), (gz_status, gz_headers, gz_body) = _both(service.port)
         if status != 200 or gz_status != 200 or gz_headers.get("content-encoding") != "gzip":
             raise RuntimeError(f"service answered {status}/{gz_status} {gz_headers}")
         result.body_bytes, result.gzip_bytes = len(body), len(gz_body)
-        result.headers = {
-            k: headers[k] for k in ("content-type", "etag", "vary", "cache-control") if k in headers
-        }
+        kept = ("content-type", "etag", "vary", "cache-control")
+        result.headers = {k: headers[k] for k in kept if k in headers}
         root = workdir / "www"
         root.mkdir(exist_ok=True)
         (root / "watcher").write_bytes(body)
         (root / "watcher.gz").write_bytes(gz_body)
-        port = free_port()
-        conf = workdir / "nginx.conf"
-        conf.write_text(
-            _nginx_conf(root, port, result.headers, gz_headers.get("etag", ""), nginx_workers)
-        )
-        nginx_log = workdir / "nginx.log"
-        nginx = spawn(
-            [tools["nginx"], "-p", str(workdir), "-c", str(conf), "-e", str(nginx_log)],
-            nginx_log,
-        )
-        _wait_http(port, nginx_log)
+        port, conf, log = free_port(), workdir / "nginx.conf", workdir / "nginx.log"
+        gz_etag = gz_headers.get("etag", "")
+        conf.write_text(_nginx_conf(root, port, result.headers, gz_etag, args.nginx_workers))
+        nginx = spawn([tools["nginx"], "-p", str(workdir), "-c", str(conf), "-e", str(log)], log)
+        wait_http(port, "/watcher", log, timeout_s=10.0)
         _check_same(port, body, gz_body, result.headers)
-        urls = {
-            "service": f"http://127.0.0.1:{service.port}/watcher",
-            "nginx": f"http://127.0.0.1:{port}/watcher",
-        }
-        for rep in range(repeat):
-            for variant in VARIANTS:
-                order = TARGETS if rep % 2 == 0 else TARGETS[::-1]
-                for target in order:
-                    run = run_wrk(
-                        tools["wrk"],
-                        urls[target],
-                        variant == "gzip",
-                        duration_s,
-                        threads,
-                        connections,
-                    )
-                    result.runs.setdefault((target, variant), []).append(run)
-                    progress(
-                        f"  wrk {rep + 1}/{repeat} {variant:5} {target:7}: "
-                        f"{run.requests_per_s:8.0f} req/s, p50 {run.p50_ms:.2f} ms, "
-                        f"p99 {run.p99_ms:.2f} ms, errors {run.errors}"
-                    )
+        urls = {"service": f"{service.url}/watcher", "nginx": f"http://127.0.0.1:{port}/watcher"}
+        result.runs = wrk_rounds(tools["wrk"], urls, ("plain", "gzip"), args.serve_repeat, args)
     finally:
         stop(nginx)
         service.stop()
@@ -227,8 +181,7 @@ def bench(
 
 def _check_same(port: int, body: bytes, gz_body: bytes, headers: dict[str, str]) -> None:
     """nginx must answer with exactly the service's bytes and headers."""
-    status, got_headers, got = http_get(port, "/watcher")
-    gz_status, gz_headers, got_gz = http_get(port, "/watcher", GZIP)
+    (status, got_headers, got), (gz_status, gz_headers, got_gz) = _both(port)
     problems = []
     if status != 200 or got != body:
         problems.append(f"plain body differs (HTTP {status}, {len(got)} vs {len(body)} bytes)")

@@ -62,10 +62,8 @@ def fleet(nodes: int) -> tuple[SampleStore, snapshot.RollupSnapshot]:
     store.add(series)
     report = analysis.analyse(list(store.keys), store.columns, store.newest_by_series(), NOW + 1)
     names = {Resource.CPU: "instance:node_cpu:ratio", Resource.MEMORY: "mem"}
-    snap = snapshot.build(
-        store.columns, list(store.keys), NOW + 1, "Prometheus", names, report.tags, {}
-    )
-    return store, snap
+    keys = list(store.keys)
+    return store, snapshot.build(store.columns, keys, NOW + 1, "Prometheus", names, report.tags, {})
 
 
 def measure(
@@ -75,21 +73,14 @@ def measure(
     node: str | None,
     n: int,
 ) -> tuple[list[float], int, int]:
-    times = []
-    page = ""
+    """``n`` renderings' seconds, and the page's size as HTML and gzip-compressed."""
+    times, page = [], ""
     for _ in range(n):
         started = time.perf_counter()
-        held = store.held()
         page, _status = statuspage.rendered(
-            snap,
-            HEALTH,
-            now=NOW + 1,
-            refresh_s=15,
-            options=options,
-            node=node,
-            held=held,
-            drops=statuspage.Dropped({"future": 3}),
-        )
+            snap, HEALTH, now=NOW + 1, refresh_s=15, options=options, node=node,
+            held=store.held(), drops=statuspage.Dropped({"future": 3}),
+        )  # fmt: skip
         times.append(time.perf_counter() - started)
     raw = page.encode()
     return times, len(raw), len(gzip.compress(raw, 6))
@@ -112,10 +103,9 @@ def main(argv: list[str]) -> int:
         store, snap = fleet(nodes)
         for label, options, node in views:
             times, raw, packed = measure(store, snap, options, node, args.repeat)
-            med = statistics.median(times) * 1000
-            p90 = statistics.quantiles(times, n=10)[-1] * 1000
-            rows.append([f"{nodes:,}", label, f"{med:.1f} ms", f"{p90:.1f} ms"])
-            rows[-1] += [f"{raw / 1024:,.0f} kB", f"{packed / 1024:,.0f} kB"]
+            median, p90 = statistics.median(times), statistics.quantiles(times, n=10)[-1]
+            rows.append([f"{nodes:,}", label, f"{median * 1000:.1f} ms", f"{p90 * 1000:.1f} ms",
+                         f"{raw / 1024:,.0f} kB", f"{packed / 1024:,.0f} kB"])  # fmt: skip
             print(rows[-1], flush=True)
     head = "nodes | view | median | p90 | HTML | gzip"
     write_block(args.out, "statuspage", [*run.table(machine()), "", *table(head, rows)])

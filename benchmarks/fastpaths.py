@@ -6,70 +6,94 @@
 
 A fast path stays only where it saves at least 10 % of what the target it serves measures,
 against its plain twin (*share*: the time it saves over the time the plain twin takes).
-The poll cycle's and serving's pairs: bench_fastpaths.py; the in-process ones (push
-readers, PromQL): bench_micro.py. A fast path missing from the tree is reported as absent.
-Writes the ``fastpaths`` block of ``--out`` (the decisions, outside it, are kept) and the
-raw figures to benchmarks/out/fastpaths.json.
+Here the poll cycle's pairs (one engine, a dispatcher put where the engine calls each fast
+path choosing the fast function or its twin) and serving's (two service processes, one
+with prepared responses off, under ``wrk``); the in-process ones (push readers, PromQL):
+bench_micro.py. A fast path missing from the tree is reported as absent. Writes the
+``fastpaths`` block of ``--out`` and the raw figures to out/fastpaths.json beside it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
+import functools
+import importlib
+import importlib.util
 import shutil
-import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+import threading
+import time
+from collections.abc import Callable
+from collections.abc import Set as AbstractSet
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import bench_common as common
 import orjson
-from bench_common import (
-    HERE,
-    MissingTool,
-    Run,
-    machine,
-    med,
-    progress,
-    require_tools,
-    setup_paths,
-    table,
-    write_block,
-)
+from bench_common import STEP_S, med, progress, span
 
-setup_paths()
+common.setup_paths()
 
 import bench_cycle  # noqa: E402
-import bench_fastpaths  # noqa: E402
 import bench_micro  # noqa: E402
-import bench_prom  # noqa: E402
+from bench_process import Service  # noqa: E402
+from bench_serving import GZIP, WrkResult, wrk_args, wrk_rounds  # noqa: E402
 
 from loadwatcher import allocator  # noqa: E402
+from loadwatcher.providers.prometheus import answer  # noqa: E402
+from loadwatcher.wire import formats  # noqa: E402
 
-TOOLS = ("prometheus", "promtool", "wrk", "nginx")
 THRESHOLD = 0.10
-# Each setting's default: (full run, --quick).
-DEFAULTS = {
-    "cycle_nodes": (5000, 50),
-    "rounds": (15, 1),
-    "serve_nodes": (1000, 50),
-    "serve_repeat": (5, 1),
-    "wrk_duration": (10, 2),
-    "micro_repeat": (9, 1),
+# Each setting: (full run, --quick, help).
+DEFAULTS: dict[str, tuple[Any, Any, str]] = {
+    "cycle_nodes": (5000, 50, "nodes of the poll cycle"),
+    "rounds": (15, 1, "measured rounds of steady cycles"),
+    "serve_nodes": (1000, 50, "nodes of the serving benchmark"),
+    "serve_repeat": (5, 1, "wrk runs per variant"),
+    "wrk_duration": (10, 2, "seconds per wrk run"),
+    "wrk_threads": (2, 2, "wrk threads"),
+    "wrk_connections": (50, 50, "wrk connections"),
+    "micro_repeat": (9, 1, "rounds of each in-process pair"),
+}
+CYCLE = "own CPU per steady poll ≤ 115 ms at 5,000 nodes (the steady poll cycle)"
+# Each fast path: what it is, its plain twin, the target it serves, the module that exists
+# while it does.
+PATHS = {
+    "answer": ("Prometheus answer from bytes (`jsonbytes`, `decimals`, layout memo)",
+               "`orjson.loads` + `parse_matrix`", CYCLE,
+               "loadwatcher.providers.prometheus.jsonbytes"),
+    "encode": ("body bytes from the numpy columns (`wire/fastencode.py`)",
+               "`formats.encode(formats.document(...))`", CYCLE, "loadwatcher.wire.fastencode"),
+    "serve": ("prepared responses (`http/prepared.py`: heads once per body, sendfile)",
+              "aiohttp `web.Response`, same headers",
+              "gzip `GET /watcher` ≥ 50 % of nginx's requests per second",
+              "loadwatcher.http.prepared"),
+}  # fmt: skip
+# Cycle variants: which paths take their plain twin.
+VARIANTS: dict[str, AbstractSet[str]] = {
+    "fast": set(),
+    "plain answer": {"answer"},
+    "plain encode": {"encode"},
 }
 
 
-@dataclasses.dataclass
+def present(path: str) -> bool:
+    return importlib.util.find_spec(PATHS[path][3]) is not None
+
+
+@dataclass
 class Verdict:
     what: str
     twin: str
     target: str
-    measured: str
-    fast: str
-    plain: str
-    share: float | None
+    measured: str = "—"
+    fast: str = "—"
+    plain: str = "—"
+    share: float | None = None
+    """None: the fast path is not in this tree."""
 
     def row(self) -> list[object]:
         if self.share is None:
@@ -80,150 +104,267 @@ class Verdict:
         return [self.what, self.twin, self.target, self.measured, self.fast, self.plain, verdict]
 
 
-def _range(values: list[float], unit: str = "") -> str:
-    return f"{med(values):,.1f}{unit} ({min(values):,.1f}–{max(values):,.1f})"
+# -- the poll cycle: the plain twins and the dispatcher ----------------------------------------
 
 
-def cycle_verdict(path: str, figures: bench_fastpaths.CycleFigures, nodes: int) -> Verdict:
+def plain_answer(body: bytes, resource: Any, scale: float, memo: Any, query: str) -> Any:
+    """What ``parse_answer`` falls back to for an answer the bytes path does not read."""
+    doc = orjson.loads(body)
+    if doc is None:
+        raise orjson.JSONDecodeError("null is not an answer", "null", 0)
+    return answer.parse_matrix(doc, resource, scale, memo, query)
+
+
+def plain_encode(snap: Any, window: str, fmt: Any, only: str | None = None) -> bytes | None:
+    doc = formats.document(snap, window, fmt, only)
+    nodes = doc["data"]["NodeMetricsMap"] if fmt is formats.Format.DEFAULT else doc["data"]
+    return None if only is not None and not nodes else formats.encode(doc)
+
+
+def plain_encode_parts(snap: Any, window: str, fmt: Any, only: str | None = None) -> Any:
+    """``encode_parts`` (what publishing calls) as its plain twin: the one-part body."""
+    body = plain_encode(snap, window, fmt, only)
+    return None if body is None else [body]
+
+
+class Switch:
+    """Puts a dispatcher where the engine calls each fast path: it runs the fast function
+    or its plain twin (as ``plain`` says) and adds up the thread CPU time each took."""
+
+    def __init__(self) -> None:
+        self.plain: AbstractSet[str] = frozenset()
+        self.cpu_ms: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._stack = ExitStack()
+        if present("answer"):
+            provider = importlib.import_module("loadwatcher.providers.prometheus.provider")
+            self._swap(provider, "parse_answer", "answer", plain_answer)
+        if present("encode"):
+            fastencode = importlib.import_module(PATHS["encode"][3])
+            self._swap(fastencode, "encode_parts", "encode", plain_encode_parts)
+
+    def _swap(self, module: Any, attr: str, path: str, plain: Callable[..., Any]) -> None:
+        fast = getattr(module, attr)
+
+        def dispatch(*args: Any, **kwargs: Any) -> Any:
+            began = time.thread_time()
+            try:
+                return (plain if path in self.plain else fast)(*args, **kwargs)
+            finally:
+                spent = (time.thread_time() - began) * 1000.0
+                with self._lock:
+                    self.cpu_ms[path] = self.cpu_ms.get(path, 0.0) + spent
+
+        setattr(module, attr, dispatch)
+        self._stack.callback(setattr, module, attr, fast)
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+@dataclass
+class CycleSample:
+    variant: str
+    cycle_ms: float
+    cpu_ms: dict[str, float]
+    phases_ms: dict[str, float]
+
+
+def _same_body(snap: Any) -> None:
+    """The fast encoder and its plain twin give the same bytes for this snapshot."""
+    if present("encode"):
+        window = formats.pick_window(snap, None)
+        parts = importlib.import_module(PATHS["encode"][3]).encode_parts
+        if b"".join(parts(snap, window, formats.Format.DEFAULT)) != plain_encode(
+            snap, window, formats.Format.DEFAULT
+        ):
+            raise RuntimeError("fastencode and formats.document give different bodies")
+
+
+async def cycles(url: str, nodes: int, now: float, rounds: int, workdir: Path) -> list[CycleSample]:
+    """A cold start, then ``rounds`` rounds (after a warm-up) of one steady cycle per
+    variant, the order rotating each round."""
+    samples: list[CycleSample] = []
+    variants = [v for v, plain in VARIANTS.items() if all(present(p) for p in plain)]
+    probe, switch = bench_cycle.Probe(), Switch()
+    probe.patch_modules()
+    try:
+        engine = bench_cycle.build_engine(url, workdir / f"fastpaths-{nodes}.db")
+        probe.attach(engine)
+        await engine.recover()
+        await engine.cycle(now)  # the cold start
+        if not engine.provider_status.ok or engine.current is None:
+            raise RuntimeError(f"cold start failed: {engine.provider_status.error}")
+        _same_body(engine.current.snapshot)
+        for rnd in range(rounds + 1):  # round 0 is a warm-up
+            for variant in variants[rnd % len(variants) :] + variants[: rnd % len(variants)]:
+                now += STEP_S
+                switch.plain = VARIANTS[variant]
+                await engine.wait_idle_work()
+                probe.reset()
+                switch.cpu_ms = {}
+                began = time.perf_counter()
+                await engine.cycle(now)
+                cycle_ms = (time.perf_counter() - began) * 1000.0
+                if not engine.provider_status.ok:
+                    raise RuntimeError(f"poll cycle failed: {engine.provider_status.error}")
+                if rnd > 0:
+                    sample = CycleSample(variant, cycle_ms, dict(switch.cpu_ms), dict(probe.phases))
+                    samples.append(sample)
+            if rnd > 0:
+                line = ", ".join(
+                    f"{s.variant} {s.cycle_ms:.0f} ms" for s in samples[-len(variants) :]
+                )
+                progress(f"  round {rnd}/{rounds}: {line}")
+        await engine.wait_idle_work()
+        await engine.close()
+    finally:
+        switch.close()
+        probe.close()
+    for path in workdir.glob(f"fastpaths-{nodes}.db*"):
+        path.unlink(missing_ok=True)
+    return samples
+
+
+def cycle_verdict(path: str, samples: list[CycleSample], nodes: int) -> Verdict:
     """The cycle with ``path``'s plain twin against the all-fast cycle of the same rounds:
     the median of the paired differences (each round runs both) over the plain median."""
-    what, twin, target, _ = bench_fastpaths.PATHS[path]
-    fast, plain = figures.of("fast"), figures.of(f"plain {path}")
+    fast = [s for s in samples if s.variant == "fast"]
+    plain = [s for s in samples if s.variant == f"plain {path}"]
     saved = [p.cycle_ms - f.cycle_ms for f, p in zip(fast, plain, strict=True)]
 
-    def cell(samples: list[bench_fastpaths.CycleSample]) -> str:
-        cpu = med([s.cpu_ms.get(path, 0.0) for s in samples])
-        return f"cycle {_range([s.cycle_ms for s in samples], ' ms')}; {path} {cpu:,.1f} ms CPU"
+    def cell(runs: list[CycleSample]) -> str:
+        cpu = med([s.cpu_ms.get(path, 0.0) for s in runs])
+        times = span([s.cycle_ms for s in runs], "{:,.1f}".format, " ms")
+        return f"cycle {times}; {path} {cpu:,.1f} ms CPU"
 
     share = med(saved) / med([s.cycle_ms for s in plain])
     measured = f"steady poll cycle, {nodes:,} nodes"
-    return Verdict(what, twin, target, measured, cell(fast), cell(plain), share)
+    return Verdict(*PATHS[path][:3], measured, cell(fast), cell(plain), share)
 
 
-def serving_verdict(figures: bench_fastpaths.ServingFigures) -> Verdict:
+# -- serving ------------------------------------------------------------------------------------
+
+
+def _prepared_head(port: int) -> bool:
+    """Whether the service answers a keep-alive gzip GET with a prepared response: its head
+    starts with ``Content-Type``, aiohttp's with the handler's headers (``ETag``)."""
+    status, headers, _ = common.http_get(port, "/watcher", GZIP)
+    if status != 200 or headers.get("content-encoding") != "gzip":
+        raise RuntimeError(f"gzip GET /watcher answered {status} {headers}")
+    return next(iter(headers)) == "content-type"
+
+
+@dataclass
+class ServingFigures:
+    nodes: int
+    wrk_args: str
+    gzip_bytes: int = 0
+    runs: dict[str, list[WrkResult]] = field(default_factory=dict)
+
+
+def serving(
+    workdir: Path, url: str, tools: dict[str, str], args: argparse.Namespace, raw: dict[str, Any]
+) -> Verdict:
     """Time per request saved over the plain twin's: 1 − plain req/s ÷ fast req/s."""
-    what, twin, target, _ = bench_fastpaths.PATHS["serve"]
+    figures = ServingFigures(args.serve_nodes, wrk_args(args))
+    workdir.mkdir(parents=True, exist_ok=True)
+    fast = Service(workdir, workdir / "fast.db", url, "fast")
+    plain = Service(workdir, workdir / "plain.db", url, "plain", plain_responses=True)
+    try:
+        for service in (fast.start(), plain.start()):
+            service.wait_nodes(args.serve_nodes, timeout_s=180)
+        if not _prepared_head(fast.port) or _prepared_head(plain.port):
+            raise RuntimeError("the fast service does not prepare responses, or the plain one does")
+        figures.gzip_bytes = len(common.http_get(fast.port, "/watcher", GZIP)[2])
+        urls = {"fast": f"{fast.url}/watcher", "plain": f"{plain.url}/watcher"}
+        figures.runs = wrk_rounds(tools["wrk"], urls, ("gzip",), args.serve_repeat, args)
+    finally:
+        fast.stop()
+        plain.stop()
+    raw["serving"] = figures
 
     def cell(name: str) -> tuple[float, str]:
-        runs = figures.runs.get(name, [])
+        runs = figures.runs.get(f"{name}/gzip", [])
         rps = [r.requests_per_s for r in runs]
-        p99 = med([r.p99_ms for r in runs])
-        return med(rps), f"{_range(rps, ' req/s')}, p99 {p99:.2f} ms"
+        times = span(rps, "{:,.1f}".format, " req/s")
+        return med(rps), f"{times}, p99 {med([r.p99_ms for r in runs]):.2f} ms"
 
-    (fast, fast_cell), (plain, plain_cell) = cell("fast"), cell("plain")
+    (fast_rps, fast_cell), (plain_rps, plain_cell) = cell("fast"), cell("plain")
     measured = f"gzip `GET /watcher`, {figures.nodes:,} nodes, `wrk {figures.wrk_args}`"
-    return Verdict(what, twin, target, measured, fast_cell, plain_cell, 1.0 - plain / fast)
+    return Verdict(*PATHS["serve"][:3], measured, fast_cell, plain_cell, 1 - plain_rps / fast_rps)
 
 
-def micro_verdict(pair: bench_micro.Pair, figures: bench_micro.MicroFigures) -> Verdict:
-    fast, plain = _range(figures.fast_ms, " ms"), _range(figures.plain_ms, " ms")
-    return Verdict(pair.what, pair.twin, pair.target, pair.unit, fast, plain, figures.share)
+# -- the run ------------------------------------------------------------------------------------
 
 
-def absent(path: str) -> Verdict:
-    what, twin, target, _ = bench_fastpaths.PATHS[path]
-    return Verdict(what, twin, target, "—", "—", "—", None)
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="tiny smoke run, not a measurement")
-    p.add_argument("--cycle-nodes", type=int, help="nodes of the poll cycle (default 5000)")
-    p.add_argument("--rounds", type=int, help="measured rounds of steady cycles (default 15)")
-    p.add_argument("--serve-nodes", type=int, help="nodes of the serving benchmark (default 1000)")
-    p.add_argument("--serve-repeat", type=int, help="wrk runs per variant (default 5)")
-    p.add_argument("--wrk-duration", type=int, help="seconds per wrk run (default 10)")
-    p.add_argument("--wrk-threads", type=int, default=2)
-    p.add_argument("--wrk-connections", type=int, default=50)
-    p.add_argument("--micro-repeat", type=int, help="rounds of each in-process pair (default 9)")
-    p.add_argument("--skip", default="", help="comma-separated: cycle,serving,micro")
-    p.add_argument("--out", type=Path, default=HERE / "RESULTS.md", help="Markdown report")
-    args = p.parse_args(argv)
-    for key, (full, quick) in DEFAULTS.items():
-        if getattr(args, key) is None:
-            setattr(args, key, quick if args.quick else full)
-    args.skip = {s.strip() for s in args.skip.split(",") if s.strip()}
-    return args
-
-
-@contextmanager
-def seeded(workdir: Path, nodes: int, future_s: float) -> Iterator[bench_prom.Seeded]:
+def seeded(work: Path, nodes: int, future_s: float, measure: Callable[[str, float], Any]) -> Any:
+    """``measure(url, anchor)`` on a Prometheus seeded with ``nodes`` nodes."""
     progress(f"{nodes} nodes: seeding Prometheus (promtool backfill)")
-    seed = bench_prom.seed(workdir / f"prom-{nodes}", nodes, 1080.0, future_s)
+    seed = common.seed(work / f"prom-{nodes}", nodes, 1080.0, future_s)
     try:
-        yield seed
+        return measure(seed.server.url, seed.anchor)
     finally:
         seed.server.stop()
-        shutil.rmtree(workdir / f"prom-{nodes}", ignore_errors=True)
+        shutil.rmtree(work / f"prom-{nodes}", ignore_errors=True)
 
 
-def measure(args: argparse.Namespace, tools: dict[str, str], raw: dict[str, Any]) -> list[Verdict]:
+def measure(
+    args: argparse.Namespace, tools: dict[str, str], work: Path, raw: dict[str, Any]
+) -> list[Verdict]:
+    """Every fast path's verdict; the figures behind them go to ``raw``."""
     verdicts: list[Verdict] = []
-    workdir = Path(tempfile.mkdtemp(prefix="loadwatcher-fastpaths-"))
-    try:
-        if "cycle" not in args.skip:
-            steps = (args.rounds + 1) * len(bench_fastpaths.VARIANTS) + 4
-            with seeded(workdir, args.cycle_nodes, steps * bench_cycle.STEP_S + 60) as seed:
-                progress(f"{args.cycle_nodes} nodes: steady poll cycles, fast and plain")
-                figures = asyncio.run(
-                    bench_fastpaths.cycles(
-                        seed.server.url, args.cycle_nodes, seed.anchor, args.rounds, workdir
-                    )
-                )
-            raw["cycle"] = dataclasses.asdict(figures)
-            for path in ("answer", "encode"):
-                present = bench_fastpaths.present(path)
-                verdicts.append(
-                    cycle_verdict(path, figures, args.cycle_nodes) if present else absent(path)
-                )
-        if "serving" not in args.skip and not bench_fastpaths.present("serve"):
-            verdicts.append(absent("serve"))
-        elif "serving" not in args.skip:
-            with seeded(workdir, args.serve_nodes, 900.0) as seed:
-                progress(f"{args.serve_nodes} nodes: gzip GET /watcher, fast and plain")
-                served = bench_fastpaths.serving(
-                    workdir / "serving", seed.server.url, args.serve_nodes, tools, args
-                )
-            raw["serving"] = dataclasses.asdict(served)
-            verdicts.append(serving_verdict(served))
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    if "micro" not in args.skip:
-        for pair in bench_micro.PAIRS:
-            if not pair.present():
-                verdicts.append(Verdict(pair.what, pair.twin, pair.target, "—", "—", "—", None))
-                continue
-            progress(f"in process: {pair.path}, fast and plain")
-            micro = bench_micro.measure(pair, args.micro_repeat)
-            raw.setdefault("micro", []).append(dataclasses.asdict(micro))
-            verdicts.append(micro_verdict(pair, micro))
+    if "cycle" not in args.skip:
+        nodes, steps = args.cycle_nodes, (args.rounds + 1) * len(VARIANTS) + 4
+        progress(f"{nodes} nodes: steady poll cycles, fast and plain")
+
+        def measure_cycles(url: str, anchor: float) -> list[CycleSample]:
+            return asyncio.run(cycles(url, nodes, anchor, args.rounds, work))
+
+        samples = seeded(work, nodes, steps * STEP_S + 60, measure_cycles)
+        raw["cycle"] = {"nodes": nodes, "samples": samples}
+        for path in ("answer", "encode"):
+            absent = Verdict(*PATHS[path][:3])
+            verdicts.append(cycle_verdict(path, samples, nodes) if present(path) else absent)
+    if "serving" not in args.skip:
+        if present("serve"):
+            progress(f"{args.serve_nodes} nodes: gzip GET /watcher, fast and plain")
+            served = functools.partial(serving, work / "serving", tools=tools, args=args, raw=raw)
+            verdicts.append(seeded(work, args.serve_nodes, 900.0, lambda url, _: served(url)))
+        else:
+            verdicts.append(Verdict(*PATHS["serve"][:3]))
+    for pair in bench_micro.PAIRS if "micro" not in args.skip else ():
+        if not pair.present():
+            verdicts.append(Verdict(pair.what, pair.twin, pair.target))
+            continue
+        progress(f"in process: {pair.path}, fast and plain")
+        micro = bench_micro.measure(pair, args.micro_repeat)
+        raw.setdefault("micro", []).append(micro)
+        fast, plain = (span(t, "{:,.1f}".format, " ms") for t in (micro.fast_ms, micro.plain_ms))
+        cells = (pair.unit, fast, plain, micro.share)
+        verdicts.append(Verdict(pair.what, pair.twin, pair.target, *cells))
     return verdicts
 
 
 def main(argv: list[str]) -> int:
-    args = parse_args(argv)
+    args = common.options(__doc__ or "", argv, DEFAULTS, skip="cycle,serving,micro")
     allocator.configure()  # the allocator settings `loadwatcher serve` uses
-    try:
-        tools = require_tools(TOOLS)
-    except MissingTool as exc:
-        print(f"fastpaths: {exc}", file=sys.stderr)
-        return 2
-    run = Run.begin("fastpaths.py", argv, args.quick)
-    facts = machine(tools)
+    tools = common.require_tools(("prometheus", "promtool", "wrk", "nginx"))
+    run = common.Run.begin("fastpaths.py", argv, args.quick)
+    facts = common.machine(tools)
     raw: dict[str, Any] = {"command": run.command, "started": run.started, "machine": facts}
-    verdicts = measure(args, tools, raw)
+    work = Path(tempfile.mkdtemp(prefix="loadwatcher-fastpaths-"))
+    try:
+        verdicts = measure(args, tools, work, raw)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     head = "fast path | its plain twin | the target it serves | measured on | fast | plain"
-    rows = [v.row() for v in verdicts]
-    block = write_block(
-        args.out, "fastpaths", [*run.table(facts), "", *table(f"{head} | share, verdict", rows)]
-    )
-    raw["verdicts"] = [dataclasses.asdict(v) for v in verdicts]
-    (HERE / "out").mkdir(exist_ok=True)
-    (HERE / "out" / "fastpaths.json").write_bytes(orjson.dumps(raw, option=orjson.OPT_INDENT_2))
-    print(block)
-    progress(f"wrote {args.out} in {run.took_s / 60:.1f} min")
+    table = common.table(f"{head} | share, verdict", [v.row() for v in verdicts])
+    raw["verdicts"] = verdicts
+    out = args.out.parent / "out" / "fastpaths.json"
+    common.report(run, args.out, "fastpaths", [*run.table(facts), "", *table], out, raw)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    common.script(main)

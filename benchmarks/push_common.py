@@ -1,5 +1,6 @@
-"""What the push benchmarks share: remote-write bodies built before the clock starts,
-sending them, and watching a service's ``/watcher``, ``/metrics`` and CPU while they land."""
+"""What the push benchmarks share: remote-write bodies (built before the clock starts, but
+for push_bounds.py's), sending them, and watching a service's ``/watcher``, ``/metrics``
+and CPU while they land."""
 
 from __future__ import annotations
 
@@ -8,27 +9,21 @@ import itertools
 import math
 import re
 import statistics
+import struct
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aiohttp
+import cramjam
 import orjson
-from bench_common import cpu_s, memory_kib, setup_paths
+from bench_common import cpu_s, memory_kib
 from bench_process import Service
 
-setup_paths()
-
-import aiohttp  # noqa: E402
-import cramjam  # noqa: E402
-
-from loadwatcher.push import remote_write_pb2 as pb  # noqa: E402
-
-CPU_RULE = "instance:node_cpu:ratio"
-MEM_RULE = "instance:node_memory_utilisation:ratio"
-RULES = ((CPU_RULE, "CPU"), (MEM_RULE, "Memory"))  # metric, wire type
+RULES = (("instance:node_cpu:ratio", "CPU"), ("instance:node_memory_utilisation:ratio", "Memory"))
 # What the Prometheus Operator adds to everything a Prometheus sends (external labels);
 # the service's HA deduplication reads prometheus_replica, as in a real deployment.
 EXTERNAL = (("prometheus", "monitoring/k8s"), ("prometheus_replica", "prometheus-k8s-0"))
@@ -37,40 +32,60 @@ RETENTION_S = 1020.0  # journal.retention_s: the history a steady service holds
 REAL_ROUND_S = 15.0
 DISCARD_NAMES = 200
 PACE_SAMPLES_PER_S = 300_000  # under push.max_samples_per_s (500,000): no 429 by design
-CALIBRATE_304 = 2000
-CALIBRATE_200 = 100
+CALIBRATE_304, CALIBRATE_200 = 2000, 100
+GZIP, IDENTITY = {"Accept-Encoding": "gzip"}, {"Accept-Encoding": "identity"}
+WRITE_HEADERS = {
+    "Content-Encoding": "snappy",
+    "Content-Type": "application/x-protobuf",
+    "X-Prometheus-Remote-Write-Version": "0.1.0",
+    "User-Agent": "Prometheus/2.42.0",
+}
 
 
-def push_service(workdir: Path, interval_s: float, poll_interval_s: float) -> Service:
+def push_service(workdir: Path, interval_s: float, poll_interval_s: float, name: str) -> Service:
     """``loadwatcher serve`` with provider push and one publish interval, started."""
     env = {"LOADWATCHER_PUSH_PUBLISH_INTERVAL_S": f"{interval_s:g}"}
-    service = Service(workdir, workdir / "journal.db", "", provider="push", env=env)
-    service.poll_interval_s = poll_interval_s
+    service = Service(workdir, workdir / "journal.db", "", name, poll_interval_s, "push", env)
     return service.start()
 
 
-def series_bytes(name: str, labels: Sequence[tuple[str, str]]) -> bytes:
+# -- remote-write bodies: protobuf written by hand (remote_write.proto's field numbers) -------
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(key: int, payload: bytes) -> bytes:
+    """A length-delimited field (key: field number << 3 | 2)."""
+    return bytes([key]) + _varint(len(payload)) + payload
+
+
+def series_bytes(name: str | bytes, labels: Iterable[tuple[str | bytes, str | bytes]]) -> bytes:
     """A TimeSeries holding only its labels (``__name__`` first, the rest sorted)."""
     pairs = [("__name__", name), *sorted(labels)]
-    data: bytes = pb.TimeSeries(
-        labels=[pb.Label(name=k, value=v) for k, v in pairs]
-    ).SerializeToString()
-    return data
+    return b"".join(_field(0x0A, _field(0x0A, _b(k)) + _field(0x12, _b(v))) for k, v in pairs)
+
+
+def _b(text: str | bytes) -> bytes:
+    return text.encode() if isinstance(text, str) else text
 
 
 def sample_bytes(value: float, ts_ms: int) -> bytes:
     """One sample as the tail of a TimeSeries: appended to ``series_bytes`` it is the
     series with that sample (protobuf merges repeated fields of concatenated messages)."""
-    data: bytes = pb.TimeSeries(
-        samples=[pb.Sample(value=value, timestamp=ts_ms)]
-    ).SerializeToString()
-    return data
+    value_field = b"\x09" + struct.pack("<d", value) if value else b""  # proto3 omits 0.0
+    return _field(0x12, value_field + b"\x10" + _varint(ts_ms))
 
 
-def compress(series: Sequence[bytes]) -> bytes:
+def compress(series: Iterable[bytes]) -> bytes:
     """A WriteRequest of ``series`` (whole TimeSeries messages), snappy block format."""
-    raw = pb.WriteRequestSeries(timeseries=series).SerializeToString()
-    return bytes(cramjam.snappy.compress_raw(raw))
+    return bytes(cramjam.snappy.compress_raw(b"".join(_field(0x0A, s) for s in series)))
 
 
 def node_name(i: int) -> str:
@@ -120,7 +135,7 @@ class RulePayload:
         bodies = []
         for start in range(0, len(self.series), SAMPLES_PER_BODY):
             chunk = self.series[start : start + SAMPLES_PER_BODY]
-            data = compress([lb + tails[marker(i, round_k)] for i, _, lb in chunk])
+            data = compress(lb + tails[marker(i, round_k)] for i, _, lb in chunk)
             i, wire_type, _ = chunk[-1]
             probe = Probe(node_name(i), wire_type, 100 * marker(i, round_k))
             bodies.append(Body(data, len(chunk), probe, ts_ms / 1000))
@@ -144,34 +159,21 @@ class DiscardPayload:
     def __init__(self, nodes: int) -> None:
         names = [f"node_{s}_{x}" for s in _SUBSYSTEMS for x in _SUFFIXES][:DISCARD_NAMES]
         self.series = [
-            series_bytes(
-                name,
-                [
-                    ("device", "sda"),
-                    ("instance", f"{node_name(i)}:9100"),
-                    ("job", "node-exporter"),
-                    *EXTERNAL,
-                ],
-            )
-            for i in range(nodes)
-            for name in names
-        ]
+            series_bytes(name, [("device", "sda"), ("instance", f"{node_name(i)}:9100"),
+                                ("job", "node-exporter"), *EXTERNAL])
+            for i in range(nodes) for name in names
+        ]  # fmt: skip
 
     def round(self, ts: float, round_k: int) -> list[Body]:
-        tail_ = sample_bytes(float(round_k % 1000), round(ts * 1000))
-        bodies = []
-        for start in range(0, len(self.series), SAMPLES_PER_BODY):
-            chunk = self.series[start : start + SAMPLES_PER_BODY]
-            bodies.append(Body(compress([lb + tail_ for lb in chunk]), len(chunk)))
-        return bodies
+        tail = sample_bytes(float(round_k % 1000), round(ts * 1000))
+        chunks = [
+            self.series[k : k + SAMPLES_PER_BODY]
+            for k in range(0, len(self.series), SAMPLES_PER_BODY)
+        ]
+        return [Body(compress(lb + tail for lb in chunk), len(chunk)) for chunk in chunks]
 
 
-WRITE_HEADERS = {
-    "Content-Encoding": "snappy",
-    "Content-Type": "application/x-protobuf",
-    "X-Prometheus-Remote-Write-Version": "0.1.0",
-    "User-Agent": "Prometheus/2.42.0",
-}
+# -- sending --------------------------------------------------------------------------------
 
 
 async def post(session: aiohttp.ClientSession, url: str, body: Body) -> tuple[int, float, float]:
@@ -187,17 +189,26 @@ async def send_paced(
 ) -> Counter[int]:
     """Send ``bodies`` one after the other, no faster than ``pace`` samples a second."""
     statuses: Counter[int] = Counter()
-    began = time.monotonic()
-    due = 0.0
+    began, due = time.monotonic(), 0.0
     for body in bodies:
-        wait = began + due - time.monotonic()
-        if wait > 0:
-            await asyncio.sleep(wait)
-        status, _, _ = await post(session, url, body)
-        statuses[status] += 1
+        await asyncio.sleep(max(0.0, began + due - time.monotonic()))
+        statuses[(await post(session, url, body))[0]] += 1
         due += body.samples / pace
     return statuses
 
+
+def gzip_session() -> aiohttp.ClientSession:
+    # Bodies are read compressed and decompressed off the event loop (Watcher.check).
+    return aiohttp.ClientSession(
+        auto_decompress=False, timeout=aiohttp.ClientTimeout(total=60), trust_env=False
+    )
+
+
+async def sleep_until(wall: float) -> None:
+    await asyncio.sleep(max(0.0, wall - time.time()))
+
+
+# -- watching ``/watcher`` ------------------------------------------------------------------
 
 _LATEST = re.compile(rb'"type":"(\w+)","operator":"Latest","rollup":"[^"]*","value":([-+.\deE]+)')
 _LAST_SAMPLE = re.compile(rb'"lastSample":(\d+)')
@@ -225,21 +236,6 @@ def last_sample(doc: bytes, node: str) -> int | None:
 
 
 @dataclass
-class Pending:
-    """A body sent and not yet seen in ``/watcher``."""
-
-    probe: Probe
-    ts: float
-    age_s: float
-    """How old its samples were when it was sent."""
-    sent: float
-    answered: float
-    measured: bool
-    passed: float = 0.0
-    """When the last new ``/watcher`` body without it was seen (0: none)."""
-
-
-@dataclass
 class Watcher:
     """Asks a service's ``GET /watcher`` (gzip, ``If-None-Match``) every ``every_s()``
     seconds while something is awaited (always, with ``always``) and hands each new body
@@ -259,9 +255,6 @@ class Watcher:
         self.awaited += 1
         self._wake.set()
 
-    def done_one(self) -> None:
-        self.awaited -= 1
-
     def close(self) -> None:
         self._closed = True
         self._wake.set()
@@ -277,9 +270,7 @@ class Watcher:
             await asyncio.sleep(max(0.0, self.every_s() - (time.monotonic() - began)))
 
     async def check(self, session: aiohttp.ClientSession) -> None:
-        headers = {"Accept-Encoding": "gzip"}
-        if self.etag is not None:
-            headers["If-None-Match"] = self.etag
+        headers = GZIP if self.etag is None else {**GZIP, "If-None-Match": self.etag}
         async with session.get(self.url + "/watcher", headers=headers) as resp:
             at = time.time()
             self.requests[resp.status] += 1
@@ -288,21 +279,12 @@ class Watcher:
             self.etag = resp.headers.get("ETag")
             gz = await resp.read()
         # zlib lets go of the GIL: the other services' probes and sends go on meanwhile.
-        doc = await asyncio.to_thread(zlib.decompress, gz, 31)
-        self.seen(doc, at)
+        self.seen(await asyncio.to_thread(zlib.decompress, gz, 31), at)
 
 
-def gzip_session() -> aiohttp.ClientSession:
-    # Bodies are read compressed and decompressed off the event loop (Watcher.check).
-    return aiohttp.ClientSession(
-        auto_decompress=False, timeout=aiohttp.ClientTimeout(total=60), trust_env=False
-    )
-
-
-async def sleep_until(wall: float) -> None:
-    delay = wall - time.time()
-    if delay > 0:
-        await asyncio.sleep(delay)
+async def _get(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> bytes:
+    async with session.get(url, headers=headers) as resp:
+        return await resp.read()
 
 
 @dataclass
@@ -319,20 +301,15 @@ class ProbeCost:
 async def probe_cost(session: aiohttp.ClientSession, url: str, pid: int) -> ProbeCost:
     """Time CALIBRATE_304 conditional and CALIBRATE_200 full ``GET /watcher`` (gzip) on the
     process, as the probes send them."""
-    async with session.get(url + "/watcher", headers={"Accept-Encoding": "gzip"}) as resp:
+    async with session.get(url + "/watcher", headers=GZIP) as resp:
         etag = resp.headers.get("ETag", "")
         await resp.read()
-    before = cpu_s(pid)
-    for _ in range(CALIBRATE_304):
-        headers = {"Accept-Encoding": "gzip", "If-None-Match": etag}
-        async with session.get(url + "/watcher", headers=headers) as resp:
-            await resp.read()
-    mid = cpu_s(pid)
-    for _ in range(CALIBRATE_200):
-        async with session.get(url + "/watcher", headers={"Accept-Encoding": "gzip"}) as resp:
-            await resp.read()
-    after = cpu_s(pid)
-    return ProbeCost((mid - before) / CALIBRATE_304, (after - mid) / CALIBRATE_200)
+    cpu = [cpu_s(pid)]
+    for count, headers in ((CALIBRATE_304, {**GZIP, "If-None-Match": etag}), (CALIBRATE_200, GZIP)):
+        for _ in range(count):
+            await _get(session, url + "/watcher", headers)
+        cpu.append(cpu_s(pid))
+    return ProbeCost((cpu[1] - cpu[0]) / CALIBRATE_304, (cpu[2] - cpu[1]) / CALIBRATE_200)
 
 
 async def cycle_clock(
@@ -344,8 +321,7 @@ async def cycle_clock(
     starts: set[float] = set()
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        async with session.get(url + "/watcher/health", headers=IDENTITY) as resp:
-            doc = orjson.loads(await resp.read())
+        doc = orjson.loads(await _get(session, url + "/watcher/health", IDENTITY))
         at = (doc.get("provider") or {}).get("lastAttempt")
         if isinstance(at, int | float):
             starts.add(float(at))
@@ -355,31 +331,17 @@ async def cycle_clock(
         return float("nan"), float("nan")
     period = statistics.median(b - a for a, b in itertools.pairwise(ordered))
     angles = [2 * math.pi * (s % 1.0) for s in ordered]
-    x = sum(math.cos(a) for a in angles)
-    y = sum(math.sin(a) for a in angles)
+    x, y = sum(math.cos(a) for a in angles), sum(math.sin(a) for a in angles)
     return period, math.atan2(y, x) / (2 * math.pi) % 1.0
 
 
-IDENTITY = {"Accept-Encoding": "identity"}
 _METRIC_LINE = re.compile(r"^(\w+)(\{[^}]*\})? (\S+)$", re.M)
 
 
 async def self_metrics(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
     """The service's /metrics samples, keyed ``name{labels}``."""
-    async with session.get(url + "/metrics", headers=IDENTITY) as resp:
-        text = (await resp.read()).decode()
+    text = (await _get(session, url + "/metrics", IDENTITY)).decode()
     return {m.group(1) + (m.group(2) or ""): float(m.group(3)) for m in _METRIC_LINE.finditer(text)}
-
-
-def cycles_between(before: dict[str, float], after: dict[str, float]) -> tuple[int, float]:
-    """Publishing cycles and their mean duration (s) between two /metrics readings."""
-    count = after.get("loadwatcher_poll_duration_seconds_count", 0.0) - before.get(
-        "loadwatcher_poll_duration_seconds_count", 0.0
-    )
-    total = after.get("loadwatcher_poll_duration_seconds_sum", 0.0) - before.get(
-        "loadwatcher_poll_duration_seconds_sum", 0.0
-    )
-    return int(count), (total / count if count else float("nan"))
 
 
 @dataclass
@@ -411,6 +373,10 @@ class Window:
     def backend_cpu_per_min(self) -> float:
         return self.backend_cpu_s / self.seconds * 60 if self.seconds else 0.0
 
+    @property
+    def probes_share(self) -> float:
+        return self.probes_cpu_s / self.cpu_s if self.cpu_s else 0.0
+
     def charge(self, cost: ProbeCost) -> None:
         self.probe_cost = cost
         self.probes_cpu_s = cost.of(Counter({int(k): v for k, v in self.probe_requests.items()}))
@@ -421,10 +387,6 @@ class Meter:
 
     def __init__(self, url: str, pid: int, watcher: Watcher, backend_pid: int | None = None):
         self.url, self.pid, self.watcher, self.backend_pid = url, pid, watcher, backend_pid
-        self._metrics: dict[str, float] = {}
-        self._cpu = self._backend = self._began = 0.0
-        self._requests: Counter[int] = Counter()
-        self._rss = 0
 
     def _backend_cpu(self) -> float:
         return cpu_s(self.backend_pid) if self.backend_pid is not None else 0.0
@@ -438,25 +400,23 @@ class Meter:
         self._began = time.monotonic()
 
     async def end(self, session: aiohttp.ClientSession) -> Window:
-        cpu = cpu_s(self.pid)
-        seconds = time.monotonic() - self._began
-        backend = self._backend_cpu()
+        cpu, seconds = cpu_s(self.pid) - self._cpu, time.monotonic() - self._began
+        backend = self._backend_cpu() - self._backend
         requests = Counter(self.watcher.requests)
         requests.subtract(self._requests)
         mem = memory_kib(self.pid)
         after = await self_metrics(session, self.url)
-        cycles, cycle_s = cycles_between(self._metrics, after)
-        lag = "loadwatcher_push_publish_lag_seconds"
-        lags = after.get(lag + "_count", 0.0) - self._metrics.get(lag + "_count", 0.0)
-        lag_sum = after.get(lag + "_sum", 0.0) - self._metrics.get(lag + "_sum", 0.0)
+
+        def delta(name: str) -> float:
+            return after.get(name, 0.0) - self._metrics.get(name, 0.0)
+
+        cycles = delta("loadwatcher_poll_duration_seconds_count")
+        lags = delta("loadwatcher_push_publish_lag_seconds_count")
+        nan = float("nan")
         return Window(
-            seconds=seconds,
-            cpu_s=cpu - self._cpu,
-            probe_requests={str(k): v for k, v in sorted(requests.items()) if v},
-            rss_kib=(self._rss, mem["VmRSS"]),
-            hwm_kib=mem["VmHWM"],
-            cycles=cycles,
-            cycle_s=cycle_s,
-            lag_mean_s=lag_sum / lags if lags else float("nan"),
-            backend_cpu_s=backend - self._backend,
-        )
+            seconds, cpu, {str(k): v for k, v in sorted(requests.items()) if v},
+            rss_kib=(self._rss, mem["VmRSS"]), hwm_kib=mem["VmHWM"], cycles=int(cycles),
+            cycle_s=delta("loadwatcher_poll_duration_seconds_sum") / cycles if cycles else nan,
+            lag_mean_s=delta("loadwatcher_push_publish_lag_seconds_sum") / lags if lags else nan,
+            backend_cpu_s=backend,
+        )  # fmt: skip

@@ -1,11 +1,6 @@
-"""How fresh pushed samples are in ``/watcher``, and at what CPU, against polling.
-
-Services side by side, one per publish interval, each fed the retention's history and then
-measured rounds of every node's two rule series (their bodies back to back, a random
-fraction of the interval late, samples 0.1 s or 1.1 s old); each body carries a marker that
-the probe (``GET /watcher`` with ``If-None-Match``) looks for. The reference: the polling
-service on a real Prometheus holding the same series. Method: benchmarks/RESULTS.md.
-"""
+"""How fresh pushed samples are in ``/watcher``, and at what CPU, against polling: services
+side by side, one per publish interval, fed the retention's history, then measured rounds
+whose bodies carry a marker the probe looks for. Method: benchmarks/RESULTS.md."""
 
 from __future__ import annotations
 
@@ -21,36 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
-import bench_prom
-from bench_common import progress, tail
+import push_common as pc
+from bench_common import met, pct, progress, seed
 from bench_process import Service
-from push_common import (
-    PACE_SAMPLES_PER_S,
-    REAL_ROUND_S,
-    RETENTION_S,
-    SAMPLES_PER_BODY,
-    Body,
-    Meter,
-    Pending,
-    RulePayload,
-    Watcher,
-    Window,
-    cycle_clock,
-    gzip_session,
-    last_sample,
-    latest_percent,
-    post,
-    probe_cost,
-    push_service,
-    send_paced,
-    sleep_until,
-)
 
-from tests.support.backends import Server
+from tests.support.backends import tail
 
-PUSH_PROBE_S = 0.02
-SLOW_PROBE_S = 0.1
-POLL_PROBE_S = 0.1
+PUSH_PROBE_S, SLOW_PROBE_S, POLL_PROBE_S = 0.02, 0.1, 0.1
 # How old a round's samples are when sent, alternating round by round: 0.1 s, a full batch
 # sent right after the rule's evaluation; 1.1 s, a partial batch waiting for
 # batch_send_deadline (samples that old are never newer than the second the cycle that
@@ -76,11 +48,10 @@ class PushRun:
     """Bodies of the measured rounds never seen in ``/watcher``."""
     statuses: dict[str, int] = field(default_factory=dict)
     """Every POST's status, history included."""
-    window: Window = field(default_factory=Window)
+    window: pc.Window = field(default_factory=pc.Window)
     cycle_every_s: float = float("nan")
-    """How often its cycles start (measured after the rounds)."""
+    """How often its cycles start, and where in the second (measured after the rounds)."""
     cycle_phase_s: float = float("nan")
-    """Where in the second they start."""
 
     def fresh(self, age_s: float | None = None, *, from_send: bool = False) -> list[float]:
         """From each body's POST answer (or its first byte) to the first ``/watcher``
@@ -89,16 +60,30 @@ class PushRun:
         return [b["seen"] - b[start] for b in self.bodies if age_s is None or b["age_s"] == age_s]
 
 
+@dataclass
+class Pending:
+    """A body sent and not yet seen in ``/watcher``."""
+
+    probe: pc.Probe
+    ts: float
+    age_s: float
+    """How old its samples were when it was sent."""
+    sent: float
+    answered: float
+    measured: bool
+    passed: float = 0.0
+    """When the last new ``/watcher`` body without it was seen (0: none)."""
+
+
 class PushRig:
     """One push service, its sender and its ``/watcher`` probe."""
 
     def __init__(self, service: Service, run: PushRun) -> None:
-        self.service = service
-        self.run = run
+        self.service, self.run = service, run
         self.pending: list[Pending] = []
         self.measuring = False
         self.statuses: Counter[int] = Counter()
-        self.watcher = Watcher(service.url, self.probe_every, self.seen)
+        self.watcher = pc.Watcher(service.url, self.probe_every, self.seen)
         self.settled = asyncio.Event()
 
     def probe_every(self) -> float:
@@ -107,7 +92,7 @@ class PushRig:
         if not self.pending:
             return PUSH_PROBE_S
         waited = time.time() - self.pending[0].answered
-        soon = self.run.interval_s + self.run.round_s / REAL_ROUND_S
+        soon = self.run.interval_s + self.run.round_s / pc.REAL_ROUND_S
         return PUSH_PROBE_S if waited < soon else SLOW_PROBE_S
 
     def seen(self, doc: bytes, at: float) -> None:
@@ -119,34 +104,28 @@ class PushRig:
         for p in reversed(self.pending):
             key = (p.probe.node, p.probe.wire_type)
             if key not in arrived:
-                got = latest_percent(doc, p.probe)
+                got = pc.latest_percent(doc, p.probe)
                 if got is None or abs(got - p.probe.percent) >= 1e-6:
                     p.passed = at
                     keep.append(p)
                     continue
                 arrived.add(key)
-            self.watcher.done_one()
+            self.watcher.awaited -= 1
             if p.measured:
-                self.run.bodies.append(
-                    {
-                        "ts": p.ts,
-                        "age_s": p.age_s,
-                        "sent": p.sent,
-                        "answered": p.answered,
-                        "seen": at,
-                        "passed": p.passed,
-                    }
-                )
+                times = {"sent": p.sent, "answered": p.answered, "seen": at, "passed": p.passed}
+                self.run.bodies.append({"ts": p.ts, "age_s": p.age_s, **times})
         self.pending = keep[::-1]
         if not keep:
             self.settled.set()
 
     async def burst(
-        self, session: aiohttp.ClientSession, bodies: Sequence[Body], age_s: float = 0.0
+        self, session: aiohttp.ClientSession, bodies: Sequence[pc.Body], age_s: float = 0.0
     ) -> None:
         """Send one round's bodies back to back, as one remote-write shard does."""
         for body in bodies:
-            status, sent, answered = await post(session, self.service.url + "/api/v1/write", body)
+            status, sent, answered = await pc.post(
+                session, self.service.url + "/api/v1/write", body
+            )
             self.statuses[status] += 1
             if self.measuring:
                 self.run.post_s.append(answered - sent)
@@ -166,15 +145,16 @@ class PushRig:
 
 async def push_freshness(workdir: Path, nodes: int, args: argparse.Namespace) -> list[PushRun]:
     """Services side by side (one per publish interval): history, then the measured rounds."""
-    step = args.round_s
-    payload = RulePayload(nodes)
+    step, payload = args.round_s, pc.RulePayload(nodes)
     rigs: list[PushRig] = []
     try:
         for interval in args.intervals:
-            service = push_service(workdir / f"push-{nodes}-{interval:g}", interval, step)
-            per_round = math.ceil(2 * nodes / SAMPLES_PER_BODY)
+            service = pc.push_service(
+                workdir / f"push-{nodes}-{interval:g}", interval, step, "push"
+            )
+            per_round = math.ceil(2 * nodes / pc.SAMPLES_PER_BODY)
             rigs.append(PushRig(service, PushRun(nodes, interval, step, args.rounds, per_round)))
-        async with gzip_session() as session:
+        async with pc.gzip_session() as session:
             for rig in rigs:
                 rig.service.ready()
             watchers = [asyncio.ensure_future(r.watcher.run(session)) for r in rigs]
@@ -188,13 +168,13 @@ async def push_freshness(workdir: Path, nodes: int, args: argparse.Namespace) ->
                     rig.watcher.close()
                 await asyncio.gather(*watchers, return_exceptions=True)
             clocks = await asyncio.gather(
-                *(cycle_clock(session, r.service.url, 3 * r.run.interval_s + 0.5) for r in rigs)
+                *(pc.cycle_clock(session, r.service.url, 3 * r.run.interval_s + 0.5) for r in rigs)
             )
             for rig, (every, phase) in zip(rigs, clocks, strict=True):
                 rig.run.cycle_every_s, rig.run.cycle_phase_s = every, phase
-            for rig in rigs:
-                cost = await probe_cost(session, rig.service.url, rig.service.pid)
-                rig.run.window.charge(cost)
+                rig.run.window.charge(
+                    await pc.probe_cost(session, rig.service.url, rig.service.pid)
+                )
                 rig.run.statuses = {str(k): v for k, v in sorted(rig.statuses.items())}
     finally:
         codes = [(rig, rig.service.stop()) for rig in rigs]
@@ -205,21 +185,18 @@ async def push_freshness(workdir: Path, nodes: int, args: argparse.Namespace) ->
 
 
 async def _history(
-    session: aiohttp.ClientSession, rigs: Sequence[PushRig], payload: RulePayload, step: float
+    session: aiohttp.ClientSession, rigs: Sequence[PushRig], payload: pc.RulePayload, step: float
 ) -> None:
     """What a steady service holds: the retention's worth of rounds, sent paced; then wait
     until the last of them is in every ``/watcher`` (the cold start is not measured)."""
-    count = int(RETENTION_S // step) - 1
+    count = int(pc.RETENTION_S // step) - 1
     now = time.time()
     rounds = [payload.round(now - (count - k) * step, k - count) for k in range(count)]
+    earlier = [b for r in rounds[:-1] for b in r]
     for rig in rigs:
         began = time.monotonic()
-        earlier = [b for r in rounds[:-1] for b in r]
-        rig.statuses.update(
-            await send_paced(
-                session, rig.service.url + "/api/v1/write", earlier, PACE_SAMPLES_PER_S
-            )
-        )
+        url = rig.service.url + "/api/v1/write"
+        rig.statuses.update(await pc.send_paced(session, url, earlier, pc.PACE_SAMPLES_PER_S))
         await rig.burst(session, rounds[-1])
         progress(
             f"  publish interval {rig.run.interval_s:g} s: history of "
@@ -232,17 +209,14 @@ async def _history(
 
 
 async def _rounds(
-    session: aiohttp.ClientSession,
-    rigs: Sequence[PushRig],
-    payload: RulePayload,
-    step: float,
+    session: aiohttp.ClientSession, rigs: Sequence[PushRig], payload: pc.RulePayload, step: float,
     rounds: int,
-) -> None:
+) -> None:  # fmt: skip
     """Every ``step`` each service gets one round; service i's rounds start ``i * step /
     len(rigs)`` after service 0's, each a random fraction of its publish interval late (the
     phase of the arrival in the service's cycle). A round's samples carry the time of the
     rule's evaluation, SAMPLE_AGES_S[k % 2] before round k is sent."""
-    lead = 2.0 + 0.0004 * len(payload.series) * len(rigs) * rounds / SAMPLES_PER_BODY
+    lead = 2.0 + 0.0004 * len(payload.series) * len(rigs) * rounds / pc.SAMPLES_PER_BODY
     t0 = time.time() + lead
     offsets = [i * step / len(rigs) for i in range(len(rigs))]
     rng = random.Random(len(payload.series))
@@ -258,15 +232,15 @@ async def _rounds(
 
     async def drive(i: int, rig: PushRig) -> None:
         start = t0 + offsets[i]
-        meter = Meter(rig.service.url, rig.service.pid, rig.watcher)
-        await sleep_until(start - 0.3)
+        meter = pc.Meter(rig.service.url, rig.service.pid, rig.watcher)
+        await pc.sleep_until(start - 0.3)
         await meter.begin(session)
         rig.measuring = True
         for k in range(rounds):
             age = SAMPLE_AGES_S[k % len(SAMPLE_AGES_S)]
-            await sleep_until(evaluated[i][k] + age)
+            await pc.sleep_until(evaluated[i][k] + age)
             await rig.burst(session, plan[i][k], age)
-        await sleep_until(start + rounds * step - 0.3)
+        await pc.sleep_until(start + rounds * step - 0.3)
         rig.measuring = False
         rig.run.window = await meter.end(session)
 
@@ -286,18 +260,19 @@ class PollRun:
     fresh_s: list[float] = field(default_factory=list)
     """From a sample's timestamp to the first ``/watcher`` holding it."""
     seed_s: float = 0.0
-    window: Window = field(default_factory=Window)
+    window: pc.Window = field(default_factory=pc.Window)
 
 
-async def poll_freshness(
-    service: Service, prom: Server, probe_node: str, run: PollRun, step: float
-) -> None:
+async def poll_freshness(service: Service, prom_pid: int | None, node: str, run: PollRun) -> None:
+    """``run.polls`` polls measured from half a poll after one, ``node``'s newest sample
+    followed in ``/watcher``."""
+    step = run.poll_interval_s
     measuring = False
     newest: list[int] = []
     changed = asyncio.Event()
 
     def seen(doc: bytes, at: float) -> None:
-        last = last_sample(doc, probe_node)
+        last = pc.last_sample(doc, node)
         if last is None:
             return
         if newest and measuring:
@@ -309,23 +284,19 @@ async def poll_freshness(
             newest[:] = [last]
             changed.set()
 
-    url = f"http://127.0.0.1:{service.port}"
-    async with gzip_session() as session:
-        watcher = Watcher(url, lambda: POLL_PROBE_S, seen, always=True)
+    async with pc.gzip_session() as session:
+        watcher = pc.Watcher(service.url, lambda: POLL_PROBE_S, seen, always=True)
         task = asyncio.ensure_future(watcher.run(session))
         try:
-            # The first answer (the cold start's), then the first poll after it.
-            for _ in range(2):
+            for _ in range(2):  # the first answer (the cold start's), then the first poll after it
                 changed.clear()
                 try:
                     await asyncio.wait_for(changed.wait(), 3 * step + 30)
                 except TimeoutError:
-                    raise RuntimeError(
-                        f"no poll published new samples:\n{tail(service.log_path)}"
-                    ) from None
+                    raise RuntimeError(f"no poll published:\n{tail(service.log_path)}") from None
             # Half a poll after a publication: the window holds exactly ``polls`` cycles.
             await asyncio.sleep(step / 2)
-            meter = Meter(url, service.pid, watcher, backend_pid=prom.pid)
+            meter = pc.Meter(service.url, service.pid, watcher, backend_pid=prom_pid)
             await meter.begin(session)
             measuring = True
             await asyncio.sleep(run.polls * step)
@@ -334,28 +305,137 @@ async def poll_freshness(
         finally:
             watcher.close()
             await asyncio.gather(task, return_exceptions=True)
-        run.window.charge(await probe_cost(session, url, service.pid))
+        run.window.charge(await pc.probe_cost(session, service.url, service.pid))
 
 
 def polling_reference(workdir: Path, args: argparse.Namespace) -> PollRun:
-    step = args.round_s
-    nodes = args.poll_nodes
+    step, nodes = args.round_s, args.poll_nodes
     run = PollRun(nodes, step, args.polls)
     progress(f"polling reference: seeding Prometheus with {nodes:,} nodes (promtool backfill)")
     future_s = (args.polls + 6) * step + 120
-    seeded = bench_prom.seed(workdir / "prom-poll", nodes, RETENTION_S + 60, future_s, step)
-    prom, probe_node, run.seed_s = seeded.server, min(seeded.node_names), seeded.seed_s
-    service = Service(workdir / "poll", workdir / "poll" / "journal.db", prom.url)
-    service.poll_interval_s, service.name = step, "poll"
+    seeded = seed(workdir / "prom-poll", nodes, pc.RETENTION_S + 60, future_s, step)
+    prom, run.seed_s = seeded.server, seeded.seed_s
+    service = Service(workdir / "poll", workdir / "poll" / "journal.db", prom.url, "poll", step)
     try:
         progress(f"polling reference: seeded in {run.seed_s:.1f} s; the service's cold start")
-        service.start()
-        service.wait_all_nodes(nodes, timeout_s=180)
+        service.start().wait_nodes(nodes, timeout_s=180)
         progress(f"polling reference: {args.polls} polls of {step:g} s")
-        asyncio.run(poll_freshness(service, prom, probe_node, run, step))
+        asyncio.run(poll_freshness(service, prom.pid, min(seeded.node_names), run))
     finally:
-        code = service.stop()
         prom.stop()
-    if code != 0:
-        raise RuntimeError(f"polling service exited with {code}:\n{tail(service.log_path)}")
+        service.stopped_cleanly()
     return run
+
+
+# -- the tables -----------------------------------------------------------------------------
+
+
+def _s(value: float, digits: int = 2) -> str:
+    return "—" if math.isnan(value) else f"{value:,.{digits}f} s"
+
+
+def _mb(kib: int) -> str:
+    return f"{kib / 1024:,.0f} MB"
+
+
+def target_s(run: PushRun) -> float:
+    """p99 target: the publish interval plus half a second (scaled with the round in
+    --quick, whose intervals are)."""
+    return run.interval_s + 0.5 * run.round_s / pc.REAL_ROUND_S
+
+
+def skipped(run: PushRun, age_s: float) -> int:
+    """Bodies left out of a publication whose cycle started after they had arrived (its
+    start: seen less the mean cycle and the probe's period), published by a later one."""
+    start = run.window.cycle_s + PUSH_PROBE_S
+    bodies = (b for b in run.bodies if b["age_s"] == age_s and b["passed"])
+    return sum(1 for b in bodies if b["passed"] - start > b["answered"])
+
+
+def late(run: PushRun, age_s: float) -> list[float]:
+    """The bodies that took over a second (scaled in --quick) more than the publish
+    interval: not published by the first cycle after their arrival."""
+    return [f for f in run.fresh(age_s) if f > run.interval_s + run.round_s / pc.REAL_ROUND_S]
+
+
+def _real(run: PushRun) -> str:
+    """The interval as the configuration would say it (the --quick run scales it)."""
+    scale = pc.REAL_ROUND_S / run.round_s
+    shown = f"{run.interval_s:g} s"
+    return shown if scale == 1 else f"{shown} (stands for {run.interval_s * scale:g} s)"
+
+
+def _window_cells(w: pc.Window) -> list[str]:
+    """Publishing cycles, lag, CPU per minute, probes' share, RSS: the services' table."""
+    rss = f"{_mb(w.rss_kib[0])} → {_mb(w.rss_kib[1])}"
+    cycles = f"{w.cycles}, {_s(w.cycle_s, 3)}"
+    return [
+        cycles,
+        _s(w.lag_mean_s, 3),
+        f"**{w.cpu_per_min:,.2f} s**",
+        f"{w.probes_share:.0%}",
+        rss,
+    ]
+
+
+def freshness_rows(push: list[PushRun], poll: PollRun | None) -> list[list[object]]:
+    rows: list[list[object]] = []
+    for run in push:
+        for age in SAMPLE_AGES_S:
+            fresh = run.fresh(age)
+            ok = pct(fresh, 99) <= target_s(run) and not run.unseen
+            rows.append([
+                f"{run.nodes:,}", f"push, publish interval {_real(run)}", f"{age:g} s",
+                _s(pct(fresh, 50)), _s(pct(fresh, 99)), _s(max(fresh, default=math.nan)),
+                f"{len(fresh)} ({skipped(run, age)}, {len(late(run, age))})",
+                _s(pct(run.fresh(age, from_send=True), 99)), f"≤ {target_s(run):g} s", met(ok),
+            ])  # fmt: skip
+    if poll is not None:
+        rows.append([
+            f"{poll.nodes:,}", f"polling Prometheus every {poll.poll_interval_s:g} s (reference)",
+            "from its timestamp", _s(pct(poll.fresh_s, 50)), _s(pct(poll.fresh_s, 99)),
+            _s(max(poll.fresh_s, default=math.nan)), f"{len(poll.fresh_s)} polls", "—", "—", "—",
+        ])  # fmt: skip
+    return rows
+
+
+def service_rows(push: list[PushRun], poll: PollRun | None) -> list[list[object]]:
+    rows: list[list[object]] = []
+    for run in push:
+        refused = sum(v for k, v in run.statuses.items() if k != "204")
+        rows.append([
+            f"{run.nodes:,}", f"push, publish interval {_real(run)}",
+            f"{pct(run.post_s, 50) * 1000:,.1f} ms",
+            f"{_s(run.cycle_every_s)}, +{run.cycle_phase_s:.2f} s", *_window_cells(run.window),
+            f"{refused} of {sum(run.statuses.values()):,}",
+        ])  # fmt: skip
+    if poll is not None:
+        what = f"polling Prometheus every {poll.poll_interval_s:g} s (reference)"
+        cells = _window_cells(poll.window)
+        rows.append([f"{poll.nodes:,}", what, "—", "—", cells[0], "—", *cells[2:], "—"])
+    return rows
+
+
+def cost_rows(push: list[PushRun], poll: PollRun | None) -> list[list[object]]:
+    """The largest size's push at the default publish interval (the middle one: 2 s, or
+    its quick stand-in) against polling."""
+    if not push or poll is None:
+        return [["not measured (a run was skipped or failed)", "", "", ""]]
+    size, intervals = max(r.nodes for r in push), sorted({r.interval_s for r in push})
+    run = next(
+        (r for r in push if r.nodes == size and r.interval_s == intervals[len(intervals) // 2]),
+        None,
+    )
+    if run is None:
+        return [["not measured (a run was skipped or failed)", "", "", ""]]
+    same = "" if run.nodes == poll.nodes else f" (push at {run.nodes:,} nodes)"
+    p, q = run.window, poll.window
+    return [[
+        f"{poll.nodes:,}{same}",
+        f"push every {run.round_s:g} s, publish interval {_real(run)}: {p.cpu_per_min:,.2f} "
+        f"CPU-s/min ({p.cycles} cycles of {_s(p.cycle_s, 3)})",
+        f"polling every {poll.poll_interval_s:g} s: {q.cpu_per_min:,.2f} CPU-s/min ({q.cycles} "
+        f"cycles of {_s(q.cycle_s, 3)}); Prometheus answering: {q.backend_cpu_per_min:,.2f} "
+        "CPU-s/min",
+        f"{p.cpu_per_min / q.cpu_per_min:.2f}×",
+    ]]  # fmt: skip
