@@ -22,6 +22,8 @@ from loadwatcher.pipeline.plausible import OVER_100_TOLERANCE, stale
 
 _SID = np.dtype("<i8")
 _F64 = np.dtype("<f8")
+# The store's series ids (``pipeline.store.SID``): read as such, the store takes them as they are.
+STORE_ID = np.int32
 
 INSERT = "INSERT INTO chunks (ts_min, ts_max, n, sid, ts, val, crc) VALUES (?, ?, ?, ?, ?, ?, ?)"
 
@@ -142,12 +144,102 @@ def plausible(ts: np.ndarray, val: np.ndarray, until: float) -> np.ndarray:
     return ok
 
 
+class Reader:
+    """Chunk rows taken a batch at a time (``add``): each batch is decoded, checked and cut
+    to its plausible samples from ``since`` to ``until`` at once, so that a journal's bytes
+    are never held whole beside its samples; ``samples`` then joins what was kept."""
+
+    def __init__(self, since: float, until: float = np.inf) -> None:
+        self.since, self.until = since, until
+        self.refused = Refused()
+        self._parts: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]] = ([], [], [])
+
+    def add(self, chunks: list[Any]) -> list[bool]:
+        """Take chunk rows ``(sid, ts, val, crc)``; for each, whether it is damaged or holds
+        an implausible sample (what the clean-up deletes or rewrites)."""
+        suspect = []
+        damaged = implausible = 0
+        for row in chunks:
+            fid, ts, val, bad = decode([row])
+            sound = plausible(ts, val, self.until)
+            wrong = int(sound.shape[0] - np.count_nonzero(sound))
+            damaged, implausible = damaged + bad, implausible + wrong
+            suspect.append(bool(bad or wrong))
+            keep = sound & (ts >= self.since)
+            if not bool(keep.all()):
+                fid, ts, val = fid[keep], ts[keep], val[keep]
+            for part, column in zip(self._parts, (fid, ts, val), strict=True):
+                part.append(column)
+        self.refused = Refused(
+            self.refused.damaged_rows + damaged, self.refused.implausible + implausible
+        )
+        return suspect
+
+    def samples(self, ids: np.ndarray) -> Columns:
+        """What was kept, in store ids (``ids[i]`` is the file id of store series ``i``) and
+        (series, time) order; the parts are given up as they are joined."""
+        fid = _joined(self._parts[0], np.int64)
+        if fid.shape[0] == 0 or ids.shape[0] == 0:
+            self._parts[1].clear()
+            self._parts[2].clear()
+            empty = np.empty(0, np.float64)
+            return Columns(np.empty(0, STORE_ID), empty, empty.copy())
+        # Ids are dense 0..n-1 as written; map through a lookup anyway in case of gaps, and
+        # drop samples of series the file does not list (it never writes such) or of a
+        # resource this version does not know.
+        if np.array_equal(ids, np.arange(ids.shape[0])):
+            keep = (fid >= 0) & (fid < ids.shape[0])
+            sid = fid.astype(STORE_ID)
+        else:
+            # Sized by the series listed, not by the ids found: a row may hold any id.
+            lookup = np.full(int(ids.max()) + 1, -1, np.int64)
+            lookup[ids] = np.arange(ids.shape[0])
+            inside = (fid >= 0) & (fid < lookup.shape[0])
+            mapped = lookup[np.where(inside, fid, 0)]
+            keep = inside & (mapped >= 0)
+            sid = mapped.astype(STORE_ID)
+            del mapped
+        del fid
+        cols = [sid, _joined(self._parts[1], np.float64), _joined(self._parts[2], np.float64)]
+        del sid
+        if not bool(keep.all()):
+            cols = [c[keep] for c in cols]
+        return _in_order(cols)
+
+
+def _joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    """One column from its parts, which are given up (one column's parts at a time)."""
+    column: np.ndarray = (
+        np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
+    )
+    parts.clear()
+    return column
+
+
+def samples_since(
+    rows: list[Any], ids: np.ndarray, since: float, until: float = np.inf
+) -> tuple[Columns, Refused]:
+    """The chunk rows' plausible samples from ``since`` to ``until``, in store ids (``ids[i]``
+    is the file id of store series ``i``) and (series, time) order, and what was refused."""
+    reader = Reader(since, until)
+    reader.add(rows)
+    return reader.samples(ids), reader.refused
+
+
 def last_of_each(sid: np.ndarray, ts: np.ndarray, val: np.ndarray) -> Columns:
     """(series, time) order with one sample per (series, time): the last written wins.
 
     Duplicates only arise when a journal opened late received samples an earlier run had
     already written (the store of this run did not know them).
     """
+    return _in_order([sid, ts, val])
+
+
+def _in_order(cols: list[np.ndarray]) -> Columns:
+    """``last_of_each`` of ``cols`` (series, time, value), which it owns: each column is
+    given up as soon as its sorted copy is made, so that at most one more column than the
+    sort's order is held at once."""
+    sid, ts = cols[0], cols[1]
     # Chunks are written cycle after cycle, so a series' samples are normally in time order
     # in the file already: a stable sort by series alone (cheap on runs of sorted chunks)
     # then gives (series, time) order, much faster than a lexsort. Checked, not assumed: a
@@ -158,43 +250,18 @@ def last_of_each(sid: np.ndarray, ts: np.ndarray, val: np.ndarray) -> Columns:
     sid_o, ts_o = sid[order], ts[order]
     same = sid_o[1:] == sid_o[:-1]
     if not bool(np.all(ts_o[1:][same] >= ts_o[:-1][same])):
+        del sid_o, ts_o, same
         order = np.lexsort((ts, sid))  # stable: equal keys keep file order
         sid_o, ts_o = sid[order], ts[order]
         same = sid_o[1:] == sid_o[:-1]
-    sid, ts, val = sid_o, ts_o, val[order]
+    del sid, ts
+    cols[0], cols[1] = sid_o, ts_o
+    cols[2] = cols[2][order]
+    del order
+    sid, ts, val = cols
+    cols.clear()
     last = np.ones(sid.shape[0], bool)
     last[:-1] = ~same | (ts[1:] != ts[:-1])
     if bool(last.all()):
         return Columns(sid, ts, val)
     return Columns(sid[last], ts[last], val[last])
-
-
-def samples_since(
-    rows: list[Any], ids: np.ndarray, since: float, until: float = np.inf
-) -> tuple[Columns, Refused]:
-    """The chunk rows' plausible samples from ``since`` to ``until``, in store ids (``ids[i]``
-    is the file id of store series ``i``) and (series, time) order, and what was refused."""
-    fid, ts, val, damaged = decode(rows)
-    if fid.shape[0] == 0 or ids.shape[0] == 0:
-        empty = np.empty(0, np.float64)
-        return Columns(np.empty(0, np.int64), empty, empty.copy()), Refused(damaged)
-    sound = plausible(ts, val, until)
-    implausible = int(sound.shape[0] - np.count_nonzero(sound))
-    # Ids are dense 0..n-1 as written; map through a lookup anyway in case of gaps, and drop
-    # samples of series the file does not list (it never writes such) or of a resource this
-    # version does not know. One mask, one copy: every copy of the columns is memory a
-    # fresh process must fault in.
-    keep = sound & (ts >= since)
-    if np.array_equal(ids, np.arange(ids.shape[0])):
-        sid = fid
-        keep &= (fid >= 0) & (fid < ids.shape[0])
-    else:
-        # Sized by the series listed, not by the ids found: a row may hold any id.
-        lookup = np.full(int(ids.max()) + 1, -1, np.int64)
-        lookup[ids] = np.arange(ids.shape[0])
-        inside = (fid >= 0) & (fid < lookup.shape[0])
-        sid = lookup[np.where(inside, fid, 0)]
-        keep &= inside & (sid >= 0)
-    if not bool(keep.all()):
-        sid, ts, val = sid[keep], ts[keep], val[keep]
-    return last_of_each(sid, ts, val), Refused(damaged, implausible)

@@ -50,6 +50,8 @@ from loadwatcher.journal import codec, fileids, identity, lock, schema
 from loadwatcher.model import Columns, Resource
 
 _RESOURCES = {str(r): r for r in Resource}
+# Chunk rows read at a time at start (each at most codec.ROW_SAMPLES samples, 1.5 MB).
+READ_ROWS = 8
 _PUT_SNAPSHOT = "INSERT OR REPLACE INTO snapshot (id, taken_at, body) VALUES (1, ?, ?)"
 _PUT_NEXT_ID = "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_series_id', ?)"
 
@@ -202,6 +204,8 @@ class Journal:
         """Every series and the plausible samples from ``since`` to ``until``, time-ordered
         per series; damaged rows are left out and counted."""
         db = self._conn()
+        reader = codec.Reader(since, until)
+        suspect: list[Any] = []  # the rows the clean-up deletes or rewrites
         try:
             async with db.execute("SELECT id, node, resource FROM series ORDER BY id") as cur:
                 rows = list(await cur.fetchall())
@@ -209,7 +213,12 @@ class Journal:
                 "SELECT id, sid, ts, val, crc FROM chunks WHERE ts_max >= ? ORDER BY id",
                 (since,),
             ) as cur:
-                rows_c = list(await cur.fetchall())
+                # A few rows at a time, each batch decoded off the event loop (which may
+                # already serve the snapshot restored before the samples).
+                while batch := list(await cur.fetchmany(READ_ROWS)):
+                    flags = await asyncio.to_thread(reader.add, [row[1:] for row in batch])
+                    suspect += [row for row, bad in zip(batch, flags, strict=True) if bad]
+                    del batch
         except sqlite3.Error as exc:
             raise JournalError(f"cannot read samples from {self.path}: {exc}") from exc
         # A dict, not Resource(name): the enum's constructor is slow for many series.
@@ -217,14 +226,12 @@ class Journal:
         keys = [(str(node), resource) for _, node, resource in known]
         ids = np.asarray([int(r[0]) for r in known], np.int64)
         self.ids.loaded(keys, ids)  # store id i <-> known[i]
-        # Off the event loop, which may already be serving the snapshot restored before the
-        # samples.
-        chunks = [row[1:] for row in rows_c]
-        samples, refused = await asyncio.to_thread(codec.samples_since, chunks, ids, since, until)
+        samples = await asyncio.to_thread(reader.samples, ids)
+        refused = reader.refused
         if self.on_refused is not None:
             self.on_refused(refused)
-        if refused.damaged_rows or refused.implausible:
-            await self._clean(rows_c, until)
+        if suspect:
+            await self._clean(suspect, until)
         return StoredSamples(keys, samples, refused)
 
     async def _clean(self, rows: list[Any], until: float) -> None:

@@ -325,6 +325,7 @@ async def test_a_poll_after_a_long_gap_asks_in_slices_and_loses_nothing(
     history = node_history(3, math.floor(now) - 1, span_s=1800)
     prom = prometheus_factory(openmetrics_text(history))
     engine = prometheus_engine(prom.url, **CPU_AND_MEMORY_ONLY)
+    assert isinstance(engine.provider, provider.PrometheusProvider)
     asked: list[str] = []
     real_ask = engine.provider._ask
 

@@ -19,7 +19,7 @@ import numpy as np
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from loadwatcher.journal import codec
+from loadwatcher.journal import codec, sqlite
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import Columns, Resource
 from tests.support.fuzzing import examples
@@ -70,6 +70,14 @@ def test_the_read_gives_back_what_was_written_whatever_the_row_order(
     got, refused = codec.samples_since(rows, np.arange(6), 0.0)
     assert refused == codec.Refused()
     assert _restored(got) == _expected(written)
+    # Read a few rows at a time, as a restart reads the file: the same samples.
+    reader = codec.Reader(0.0)
+    at = 0
+    while at < len(rows):
+        step = rnd.randint(1, 3)
+        assert reader.add(rows[at : at + step]) == [False] * len(rows[at : at + step])
+        at += step
+    assert _restored(reader.samples(np.arange(6))) == _expected(written)
 
 
 _FILES = itertools.count()
@@ -99,16 +107,21 @@ step = st.one_of(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(st.lists(step, min_size=1, max_size=10))
+@given(st.lists(step, min_size=1, max_size=10), st.sampled_from([1, 2, sqlite.READ_ROWS]))
 # The clean-up rewrites a row that holds a sample ahead of the clock: its sound samples must
 # keep the row's place in the file, or an older value of a repeated time comes back last.
-@example([("cycle", [(0, 5, 1.0), (0, 50, 3.0)]), ("cycle", [(0, 5, 2.0)]), ("restart", 40)])
+@example([("cycle", [(0, 5, 1.0), (0, 50, 3.0)]), ("cycle", [(0, 5, 2.0)]), ("restart", 40)], 1)
 def test_takeover_clock_steps_and_clean_up_restore_exactly_what_was_written(
-    tmp_path: Path, steps: list[tuple[str, object]]
+    tmp_path: Path, steps: list[tuple[str, object]], read_rows: int
 ) -> None:
     # One file per example: the fixture's directory is shared by all of them.
     db = tmp_path / f"lw-{next(_FILES)}.db"
-    asyncio.run(_drive(str(db), steps))
+    # The rows read at a time at start: a damaged or rewritten row in any batch.
+    default, sqlite.READ_ROWS = sqlite.READ_ROWS, read_rows
+    try:
+        asyncio.run(_drive(str(db), steps))
+    finally:
+        sqlite.READ_ROWS = default
 
 
 async def _drive(db: str, steps: list[tuple[str, object]]) -> None:
