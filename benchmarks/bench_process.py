@@ -12,12 +12,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import bench_common as common
 import orjson
 from bench_common import cpu_s, http_get, memory_kib, progress, service_env, spawn, stop, wait_http
 
 from tests.support.backends import free_port, serve_argv, tail
 
 POLL_S = 0.01
+# The targets of run.py's table and the node count at which each applies.
+START_TARGET_S, START_NODES = 1.0, 5000
+MEMORY_TARGET_MB, STEADY_MEMORY_TARGET_MB, PEAK_RATIO_TARGET, MEMORY_NODES = 150, 90, 1.5, 5000
 # Watching for the next poll: /watcher/health is asked every WATCH_S, from WATCH_EARLY_S
 # before the poll is due, so that the harness's requests cost the service little CPU.
 WATCH_S = 0.05
@@ -220,7 +224,6 @@ def memory(
     service = Service(workdir, db, prom_url, "memory", poll_interval_s)
     try:
         first = service.start().wait_nodes(nodes, timeout_s=180)
-        progress(f"  service has all {nodes} nodes {first:.1f} s after start")
         polls = service.watch_polls(cycles, timeout_s=60 + cycles * (poll_interval_s + 30))
         mem = memory_kib(service.pid)
         health_ms = service.health_cost_ms(polls[-1].taken_at)
@@ -270,9 +273,9 @@ def starts(
             result.seconds.append(service.start().wait_nodes(nodes, timeout_s=120))
         finally:
             service.stopped_cleanly()
-        progress(f"  {name} {run + 1}/{runs}: all {nodes} nodes in {result.seconds[-1]:.3f} s")
         for suffix in ("", "-wal", "-shm"):
             Path(f"{db}{suffix}").unlink(missing_ok=True)
+    progress(f"  {name}: all {nodes} nodes in {', '.join(f'{s:.2f}' for s in result.seconds)} s")
     if journal is not None:
         result.import_seconds, result.import_rss_kib = import_cost(runs)
     return result
@@ -312,3 +315,55 @@ def crashed_journal(workdir: Path, prom_url: str, nodes: int, clean: Path) -> Pa
             service.proc.kill()
             service.proc.wait(timeout=30)
     return db
+
+
+def start_rows(
+    cold: StartResult | None, restart: StartResult | None, crash: StartResult | None
+) -> list[list[object]]:
+    """The start rows of run.py's table."""
+    rows: list[list[object]] = []
+    for what, got in (
+        ("start with an empty journal: process start → first 200 with every node (Prometheus up)",
+         cold),
+        ("restart after a clean stop: process start → first 200 with every node (journal, "
+         "provider down)", restart),
+        ("restart after kill -9 (the snapshot rebuilt from the journal's samples)",
+         crash),
+    ):  # fmt: skip
+        if got is None or not got.seconds:
+            rows.append(common.row(3, what, START_NODES, "not measured", target="≤ 1 s"))
+            continue
+        ok = common.verdict(common.med(got.seconds) <= START_TARGET_S, got.nodes, START_NODES)
+        seconds = common.span(got.seconds, "{:.2f}".format, " s", n=True)
+        rows.append(
+            common.row(3, what, got.nodes, seconds, target=f"≤ {START_TARGET_S:g} s", ok=ok)
+        )
+    if restart is not None and restart.import_seconds:
+        took = common.span(restart.import_seconds, "{:.2f}".format, " s")
+        rss = f"{restart.import_rss_kib / 1024:,.0f} MB"
+        what = (
+            "of which: a fresh interpreter importing loadwatcher.cli and loadwatcher.app (no data)"
+        )
+        rows.append(common.row(3, what, "—", f"{took}, RSS {rss}"))
+    return rows
+
+
+def memory_rows(memory: MemoryResult | None) -> list[list[object]]:
+    """The memory rows of run.py's table."""
+    if memory is None:
+        return [common.row(4, "resident memory", MEMORY_NODES, "not measured")]
+    peak, steady = memory.hwm_kib / 1024, memory.steady_rss_kib / 1024
+    half = len(memory.polls) - len(memory.polls) // 2
+    rows: list[list[object]] = []
+    for what, value, shown, target, unit in (
+        (f"peak resident memory (VmHWM) over a cold start (empty journal) and {memory.cycles} "
+         "polls after the first full answer", peak, f"{peak:,.0f} MB", MEMORY_TARGET_MB, " MB"),
+        (f"steady resident memory (VmRSS, median of the readings right after each of the last "
+         f"{half} polls; after the last: {memory.rss_kib / 1024:,.0f} MB)", steady,
+         f"{steady:,.0f} MB", STEADY_MEMORY_TARGET_MB, " MB"),
+        ("peak / steady resident memory", peak / steady, f"{peak / steady:.2f}×",
+         PEAK_RATIO_TARGET, "×"),
+    ):  # fmt: skip
+        ok = common.verdict(value <= target, memory.nodes, MEMORY_NODES)
+        rows.append(common.row(4, what, memory.nodes, shown, target=f"≤ {target:g}{unit}", ok=ok))
+    return rows
