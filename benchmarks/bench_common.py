@@ -158,10 +158,6 @@ def span(
     return f"{fmt(med(values))}{unit} ({low}–{high}{unit}{count})"
 
 
-def seconds(value: float) -> str:
-    return f"{value:.2f}"
-
-
 def met(ok: bool) -> str:
     return "**yes**" if ok else "**no**"
 

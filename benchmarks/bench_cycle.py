@@ -64,14 +64,12 @@ class CycleResult:
     fold_ms: list[float] = field(default_factory=list)
     """WAL folds after the steady cycles (the engine's idle-time work before the next poll)."""
     go_prom_cpu_ms: list[float] = field(default_factory=list)
-    """Prometheus's CPU answering the Go load-watcher's four 15-minute queries, once after
-    each steady cycle at its time (what a Go fetch costs Prometheus)."""
+    """Prometheus's CPU answering the Go load-watcher's queries after each steady cycle."""
 
 
 @dataclass
 class _ThreadCall:
-    """One call of a timed function in some thread: that thread's CPU clock at its start and
-    end (``end`` is None while it runs)."""
+    """One timed call in some thread: that thread's CPU clock at its start and end."""
 
     clock: int
     start: float
@@ -120,8 +118,7 @@ class Probe:
         return wrapper
 
     def _thread_cpu_since(self, marks: list[float]) -> float:
-        """CPU the thread phases used since ``marks`` (each one's clock then) were taken;
-        those started since: all of theirs."""
+        """CPU the thread phases used since ``marks`` (each one's clock then) were taken."""
         with self._lock:
             calls = list(self._calls)
         return sum(
@@ -215,9 +212,7 @@ def build_engine(prom_url: str, db: Path | None) -> Engine:
 
 
 async def go_reference(prom_url: str, now: float) -> float:
-    """Milliseconds for the Go load-watcher's 15-minute queries at ``now``, one after another,
-    each a GET /api/v1/query read whole and dropped, by a bare client with default headers
-    (gzip accepted, as Go's client does)."""
+    """Milliseconds for the Go load-watcher's 15-minute queries at ``now``, one after another."""
     async with aiohttp.ClientSession() as session:
         began = time.perf_counter()
         for query in GO_QUERIES:
@@ -230,10 +225,8 @@ async def go_reference(prom_url: str, now: float) -> float:
 
 
 async def _watched_cycle(engine: Engine, now: float, nodes: int) -> tuple[float, float | None]:
-    """Run one cycle as a task; seconds (perf_counter) when it ended and when ``engine.current``
-    first held ``nodes`` nodes (None: never). Seen both at the engine's publication hook and
-    by looking at ``engine.current`` every ``WATCH_S``, so an early publication is caught
-    however it is made."""
+    """One cycle as a task: when it ended and when ``engine.current`` first held ``nodes``
+    nodes (None: never), seen at the publication hook and every ``WATCH_S``."""
     first: list[float] = []
 
     def look() -> None:
@@ -309,8 +302,7 @@ async def _cold_starts(
     prom_url: str, nodes: int, now0: float, repeat: int, workdir: Path, probe: Probe,
     result: CycleResult,
 ) -> Engine:  # fmt: skip
-    """``repeat`` cold starts at ``now0``, each on a fresh engine and journal; the last
-    engine, for the steady cycles."""
+    """``repeat`` cold starts at ``now0``, each on a fresh engine; the last engine."""
     # Warm-up: imports, code paths, Prometheus' page cache.
     warm = build_engine(prom_url, None)
     probe.attach(warm)

@@ -1,6 +1,4 @@
-"""The real service as a process (``python -m loadwatcher serve``, the Go load-watcher's
-environment variables, a free loopback port, a log file): its memory, CPU and start times.
-Method: the Method section of benchmarks/RESULTS.md."""
+"""The real service as a process: its memory, CPU and start times. Method: RESULTS.md."""
 
 from __future__ import annotations
 
@@ -99,10 +97,8 @@ class Service:
             raise ServiceError(f"{self.name} exited with {code}:\n{tail(self.log_path)}")
 
     def wait_nodes(self, nodes: int, timeout_s: float, full: bool = False) -> float:
-        """Seconds from spawn to the first ``200`` on ``/watcher`` listing ``nodes`` nodes,
-        taken when the response has been read, before it is parsed. With ``full``, nodes
-        with the raw samples' rollups, not the cold start's early snapshot of the backend's
-        aggregates (tagged ``"rollups": "backend"``)."""
+        """Seconds from spawn to the first ``200`` on ``/watcher`` listing ``nodes`` nodes
+        (with ``full``, not from the cold start's early snapshot, tagged ``rollups``)."""
         deadline = time.monotonic() + timeout_s
         last = "no answer"
         while True:
@@ -135,10 +131,8 @@ class Service:
         return float(value) if value is not None else None
 
     def watch_polls(self, polls: int, timeout_s: float) -> list[PollSeen]:
-        """The next ``polls`` polls, each seen as soon as /watcher/health shows a snapshot
-        taken at least half a poll interval after the last one seen (a cold cycle that
-        publishes twice, early then in full, is one poll), with what /proc/PID/status and
-        /proc/PID/stat said right after."""
+        """The next ``polls`` polls (a snapshot at least half an interval newer), each with
+        the process's memory and CPU read right after."""
         deadline = time.monotonic() + timeout_s
         interval = self.poll_interval_s
         last = self.taken_at()
@@ -161,9 +155,7 @@ class Service:
         return seen
 
     def health_cost_ms(self, taken_at: float) -> float | None:
-        """The CPU (ms) the service spends on one /watcher/health request, measured between
-        two polls, once the last one (snapshot ``taken_at``) has left its idle work behind;
-        None when a poll ran meanwhile."""
+        """The service's CPU (ms) per /watcher/health request; None if a poll ran meanwhile."""
         time.sleep(min(0.3, self.poll_interval_s / 4))
         before = task_cpu_ns(self.pid)
         for _ in range(HEALTH_PROBES):
@@ -173,8 +165,7 @@ class Service:
 
 
 def task_cpu_ns(pid: int) -> int:
-    """Nanoseconds on CPU of ``pid``'s live threads (/proc/PID/task/*/schedstat): finer than
-    /proc/PID/stat's clock ticks, blind to threads that have ended."""
+    """Nanoseconds on CPU of ``pid``'s live threads (/proc/PID/task/*/schedstat)."""
     total = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
@@ -186,8 +177,7 @@ def task_cpu_ns(pid: int) -> int:
 
 @dataclass(frozen=True)
 class PollSeen:
-    """A poll seen from outside: its snapshot time, then the process's memory (KiB) and CPU
-    (s) read right after, and the /watcher/health requests it took to see it."""
+    """A poll seen from outside, what /proc said right after, the requests it took to see."""
 
     taken_at: float
     rss_kib: int
@@ -218,9 +208,7 @@ class MemoryResult:
 def memory(
     workdir: Path, prom_url: str, nodes: int, db: Path, cycles: int, poll_interval_s: float
 ) -> MemoryResult:
-    """Peak and steady RSS of a cold start (``db`` does not exist yet) followed by ``cycles``
-    polls after the first full answer, and the process's CPU per poll over those polls. The
-    journal it leaves behind (stopped cleanly, WAL checkpointed) is ``db``."""
+    """Memory and CPU per poll of a cold start and ``cycles`` polls; leaves its journal."""
     service = Service(workdir, db, prom_url, "memory", poll_interval_s)
     try:
         first = service.start().wait_nodes(nodes, timeout_s=180)
@@ -237,10 +225,6 @@ def memory(
     if len(polls) > 1:
         result.cpu_ms_per_poll = (polls[-1].cpu_s - polls[0].cpu_s) * 1000.0 / (len(polls) - 1)
         result.health_requests_per_poll = statistics.mean(p.requests for p in polls[1:])
-    progress(
-        f"  peak RSS {result.hwm_kib / 1024:.0f} MB, steady {steady / 1024:.0f} MB, CPU per "
-        f"poll {result.cpu_ms_per_poll or 0:.0f} ms over {len(polls) - 1} poll(s)"
-    )
     return result
 
 
@@ -256,10 +240,8 @@ class StartResult:
 def starts(
     workdir: Path, prom_url: str, nodes: int, runs: int, journal: Path | None, name: str
 ) -> StartResult:
-    """Process start -> first 200 on /watcher with all ``nodes``, ``runs`` times: each on a
-    fresh copy of ``journal`` and its WAL (page cache warm), or on a path that does not
-    exist yet (``journal`` None: a cold start, Prometheus up). After restarts, what
-    importing the service costs."""
+    """Process start -> first full 200 on /watcher, ``runs`` times, each on a fresh copy of
+    ``journal`` (None: no journal yet); after restarts, what importing the service costs."""
     result = StartResult(nodes)
     workdir.mkdir(parents=True, exist_ok=True)
     for run in range(runs):
@@ -301,8 +283,7 @@ def import_cost(runs: int) -> tuple[list[float], int]:
 
 
 def crashed_journal(workdir: Path, prom_url: str, nodes: int, clean: Path) -> Path:
-    """A journal as a ``kill -9`` leaves it: a service on a copy of ``clean`` polls once
-    (its cycle writes the snapshot's recipe) and is killed; the WAL is kept."""
+    """A journal as ``kill -9`` leaves it after one poll, on a copy of ``clean``."""
     workdir.mkdir(parents=True, exist_ok=True)
     db = workdir / "crashed.db"
     shutil.copyfile(clean, db)

@@ -27,7 +27,7 @@ import bench_common as common
 import push_freshness as fresh
 import push_ingest
 import push_polling as polling_ref
-from bench_common import Run, attempt, options, pct, progress
+from bench_common import Run, attempt, options, progress
 from push_common import REAL_ROUND_S
 
 # Each setting: (full run, --quick, help).
@@ -124,22 +124,11 @@ def ingest(res: Results, workdir: Path, args: Any) -> None:
 
 def freshness(res: Results, workdir: Path, nodes: int, args: Any) -> None:
     progress(f"freshness at {nodes:,} nodes, publish intervals {args.intervals}")
-    runs = asyncio.run(fresh.push_freshness(workdir, nodes, args))
-    res.push.extend(runs)
-    for r in runs:
-        ages = ", ".join(
-            f"{age:g} s old: p50 {pct(r.fresh(age), 50):.3f} s, p99 {pct(r.fresh(age), 99):.3f} s "
-            f"(n={len(r.fresh(age))})"
-            for age in fresh.SAMPLE_AGES_S
-        )
-        cpu = f"{r.window.cpu_per_min:.2f} CPU-s/min"
-        progress(f"  {r.interval_s:g} s: {ages}; {cpu}, statuses {r.statuses}")
+    res.push.extend(asyncio.run(fresh.push_freshness(workdir, nodes, args)))
 
 
 def polling(res: Results, workdir: Path, args: Any) -> None:
     res.poll = polling_ref.polling_reference(workdir, args)
-    cpu = f"{res.poll.window.cpu_per_min:.2f} CPU-s/min"
-    progress(f"  polling: p50 {pct(res.poll.fresh_s, 50):.2f} s, {cpu}")
 
 
 if __name__ == "__main__":

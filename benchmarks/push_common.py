@@ -1,6 +1,5 @@
-"""What the push benchmarks share: remote-write bodies (built before the clock starts, but
-for push_bounds.py's), sending them, and watching a service's ``/watcher``, ``/metrics``
-and CPU while they land."""
+"""What the push benchmarks share: remote-write bodies, sending them, and watching a
+service's ``/watcher``, ``/metrics`` and CPU while they land."""
 
 from __future__ import annotations
 
@@ -124,8 +123,7 @@ class RulePayload:
                 self.series.append((i, wire_type, series_bytes(metric, [*labels, *EXTERNAL])))
 
     def round(self, ts: float, round_k: int) -> list[Body]:
-        """One evaluation's samples at ``ts``, cut into bodies of SAMPLES_PER_BODY, each
-        with its last series as its probe."""
+        """One evaluation at ``ts`` in bodies of SAMPLES_PER_BODY, probed by their last series."""
         ts_ms = round(ts * 1000)
         tails = {v: sample_bytes(v, ts_ms) for v in {marker(i, round_k) for i in range(90)}}
         bodies = []
@@ -229,9 +227,8 @@ def last_sample(doc: bytes, node: str) -> int | None:
 
 @dataclass
 class Watcher:
-    """Asks a service's ``GET /watcher`` (gzip, ``If-None-Match``) every ``every_s()``
-    seconds while something is awaited (always, with ``always``) and hands each new body
-    to ``seen``."""
+    """Asks ``GET /watcher`` (gzip, ``If-None-Match``) every ``every_s()`` seconds while
+    something is awaited (or ``always``); each new body goes to ``seen``."""
 
     url: str
     every_s: Callable[[], float]
@@ -291,8 +288,7 @@ class ProbeCost:
 
 
 async def probe_cost(session: aiohttp.ClientSession, url: str, pid: int) -> ProbeCost:
-    """Time CALIBRATE_304 conditional and CALIBRATE_200 full ``GET /watcher`` (gzip) on the
-    process, as the probes send them."""
+    """CALIBRATE_304 conditional and CALIBRATE_200 full ``GET /watcher`` timed on ``pid``."""
     async with session.get(url + "/watcher", headers=GZIP) as resp:
         etag = resp.headers.get("ETag", "")
         await resp.read()

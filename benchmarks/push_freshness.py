@@ -42,9 +42,8 @@ class PushRun:
     rounds: int
     bodies_per_round: int
     bodies: list[dict[str, float]] = field(default_factory=list)
-    """Each measured body: its samples' time and age when sent (``ts``, ``age_s``), when it
-    was sent, answered and first seen in ``/watcher``, and when the last new ``/watcher``
-    without it was (``passed``, 0 for none; wall clock)."""
+    """Each measured body: ``ts``, ``age_s`` and the wall-clock times it was ``sent``,
+    ``answered``, ``seen`` in ``/watcher`` and last ``passed`` over (0: never)."""
     post_s: list[float] = field(default_factory=list)
     unseen: int = 0
     """Bodies of the measured rounds never seen in ``/watcher``."""
@@ -56,8 +55,7 @@ class PushRun:
     cycle_phase_s: float = float("nan")
 
     def fresh(self, age_s: float | None = None, *, from_send: bool = False) -> list[float]:
-        """From each body's POST answer (or its first byte) to the first ``/watcher``
-        holding it; only the bodies whose samples were ``age_s`` old, if given."""
+        """From each body's POST answer (or first byte) to the first ``/watcher`` holding it."""
         start = "sent" if from_send else "answered"
         return [b["seen"] - b[start] for b in self.bodies if age_s is None or b["age_s"] == age_s]
 
@@ -89,8 +87,7 @@ class PushRig:
         self.settled = asyncio.Event()
 
     def probe_every(self) -> float:
-        """Fast while a body may still come with the next cycle; slower for one that
-        waits longer (its wait is then seconds long)."""
+        """Fast while a body may come with the next cycle, slower after."""
         if not self.pending:
             return PUSH_PROBE_S
         waited = time.time() - self.pending[0].answered
@@ -98,9 +95,7 @@ class PushRig:
         return PUSH_PROBE_S if waited < soon else SLOW_PROBE_S
 
     def seen(self, doc: bytes, at: float) -> None:
-        """Resolve the bodies whose marker ``doc`` holds, and the earlier ones of the same
-        series: a later sample's presence means theirs are in the windows too (their own
-        value is no longer ``Latest``)."""
+        """Resolve the bodies whose marker ``doc`` holds, and the earlier ones of each series."""
         keep = []
         arrived: set[tuple[str, str]] = set()
         for p in reversed(self.pending):
@@ -152,9 +147,8 @@ async def sleep_until(wall: float) -> None:
 async def cycle_clock(
     session: aiohttp.ClientSession, url: str, seconds: float
 ) -> tuple[float, float]:
-    """How often the service's cycles start, and where in the second: each cycle's own
-    clock (``provider.lastAttempt`` of ``/watcher/health``) read every 50 ms for
-    ``seconds``. NaN when fewer than two cycles were seen."""
+    """How often the service's cycles start, and where in the second (``lastAttempt`` of
+    ``/watcher/health`` read every 50 ms); NaN under two cycles."""
     starts: set[float] = set()
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -216,22 +210,15 @@ async def push_freshness(workdir: Path, nodes: int, args: argparse.Namespace) ->
 async def _history(
     session: aiohttp.ClientSession, rigs: Sequence[PushRig], payload: pc.RulePayload, step: float
 ) -> None:
-    """What a steady service holds: the retention's worth of rounds, sent paced; then wait
-    until the last of them is in every ``/watcher`` (the cold start is not measured)."""
+    """The retention's worth of rounds, paced, until the last is in every ``/watcher``."""
     count = int(pc.RETENTION_S // step) - 1
     now = time.time()
     rounds = [payload.round(now - (count - k) * step, k - count) for k in range(count)]
     earlier = [b for r in rounds[:-1] for b in r]
     for rig in rigs:
-        began = time.monotonic()
         url = rig.service.url + "/api/v1/write"
         rig.statuses.update(await pc.send_paced(session, url, earlier, pc.PACE_SAMPLES_PER_S))
         await rig.burst(session, rounds[-1])
-        progress(
-            f"  publish interval {rig.run.interval_s:g} s: history of "
-            f"{sum(b.samples for r in rounds for b in r):,} samples sent in "
-            f"{time.monotonic() - began:.1f} s"
-        )
     for rig in rigs:
         if await rig.drain(120):
             raise RuntimeError(f"the history never reached /watcher:\n{tail(rig.service.log_path)}")
@@ -241,10 +228,7 @@ async def _rounds(
     session: aiohttp.ClientSession, rigs: Sequence[PushRig], payload: pc.RulePayload, step: float,
     rounds: int,
 ) -> None:  # fmt: skip
-    """Every ``step`` each service gets one round; service i's rounds start ``i * step /
-    len(rigs)`` after service 0's, each a random fraction of its publish interval late (the
-    phase of the arrival in the service's cycle). A round's samples carry the time of the
-    rule's evaluation, SAMPLE_AGES_S[k % 2] before round k is sent."""
+    """The measured rounds, one every ``step`` per service, the services spread over it."""
     lead = 2.0 + 0.0004 * len(payload.series) * len(rigs) * rounds / pc.SAMPLES_PER_BODY
     t0 = time.time() + lead
     offsets = [i * step / len(rigs) for i in range(len(rigs))]
@@ -257,7 +241,6 @@ async def _rounds(
     plan = [[payload.round(at, k) for k, at in enumerate(times)] for times in evaluated]
     if time.time() > t0:
         progress(f"  building the rounds took {time.time() - t0 + lead:.1f} s, past the lead")
-    progress(f"  {rounds} rounds of {step:g} s, services {step / len(rigs):g} s apart")
 
     async def drive(i: int, rig: PushRig) -> None:
         start = t0 + offsets[i]
@@ -287,22 +270,19 @@ def mb(kib: int) -> str:
 
 
 def target_s(run: PushRun) -> float:
-    """p99 target: the publish interval plus half a second (scaled with the round in
-    --quick, whose intervals are)."""
+    """p99 target: the publish interval plus half a second (scaled in --quick)."""
     return run.interval_s + 0.5 * run.round_s / pc.REAL_ROUND_S
 
 
 def skipped(run: PushRun, age_s: float) -> int:
-    """Bodies left out of a publication whose cycle started after they had arrived (its
-    start: seen less the mean cycle and the probe's period), published by a later one."""
+    """Bodies that arrived before a cycle that published without them."""
     start = run.window.cycle_s + PUSH_PROBE_S
     bodies = (b for b in run.bodies if b["age_s"] == age_s and b["passed"])
     return sum(1 for b in bodies if b["passed"] - start > b["answered"])
 
 
 def late(run: PushRun, age_s: float) -> list[float]:
-    """The bodies that took over a second (scaled in --quick) more than the publish
-    interval: not published by the first cycle after their arrival."""
+    """Bodies that took over the publish interval plus a second (scaled in --quick)."""
     return [f for f in run.fresh(age_s) if f > run.interval_s + run.round_s / pc.REAL_ROUND_S]
 
 

@@ -34,8 +34,7 @@ class PollRun:
 
 
 async def poll_freshness(service: Service, prom_pid: int | None, node: str, run: PollRun) -> None:
-    """``run.polls`` polls measured from half a poll after one, ``node``'s newest sample
-    followed in ``/watcher``."""
+    """``run.polls`` polls, ``node``'s newest sample followed in ``/watcher``."""
     step = run.poll_interval_s
     measuring = False
     newest: list[int] = []
@@ -80,15 +79,13 @@ async def poll_freshness(service: Service, prom_pid: int | None, node: str, run:
 def polling_reference(workdir: Path, args: argparse.Namespace) -> PollRun:
     step, nodes = args.round_s, args.poll_nodes
     run = PollRun(nodes, step, args.polls)
-    progress(f"polling reference: seeding Prometheus with {nodes:,} nodes (promtool backfill)")
+    progress(f"polling reference: {nodes:,} nodes, {args.polls} polls of {step:g} s")
     future_s = (args.polls + 6) * step + 120
     seeded = seed(workdir / "prom-poll", nodes, pc.RETENTION_S + 60, future_s, step)
     prom, run.seed_s = seeded.server, seeded.seed_s
     service = Service(workdir / "poll", workdir / "poll" / "journal.db", prom.url, "poll", step)
     try:
-        progress(f"polling reference: seeded in {run.seed_s:.1f} s; the service's cold start")
         service.start().wait_nodes(nodes, timeout_s=180)
-        progress(f"polling reference: {args.polls} polls of {step:g} s")
         asyncio.run(poll_freshness(service, prom.pid, min(seeded.node_names), run))
     finally:
         prom.stop()
