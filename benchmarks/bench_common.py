@@ -1,14 +1,6 @@
-"""What every benchmark shares: paths, tools, options, figures, processes, a seeded
-Prometheus and the report.
-
-Every process started here is stopped by its PID (``tests/support/backends.py``, whose
-``atexit`` hook kills any that a crashed run left behind).
-
-The report contract: each script owns the blocks between ``<!-- name:start -->`` and
-``<!-- name:end -->`` of benchmarks/RESULTS.md and rewrites only those (``write_block``),
-with tables and nothing else; everything outside the markers is written by people (method,
-notes, decisions) and kept as it is.
-"""
+"""What every benchmark shares: paths, tools, options, figures, processes (stopped by PID,
+``tests/support/backends.py``), a seeded Prometheus and the report (``write_block``: the
+contract is at the top of benchmarks/RESULTS.md)."""
 
 from __future__ import annotations
 
@@ -166,12 +158,20 @@ def span(
     return f"{fmt(med(values))}{unit} ({low}–{high}{unit}{count})"
 
 
-def seconds(value: float) -> str:
-    return f"{value:.2f}"
-
-
 def met(ok: bool) -> str:
     return "**yes**" if ok else "**no**"
+
+
+def row(kind: int, what: str, nodes: int | str, result: str, ref: str = "", ratio: str = "",
+         target: str = "—", ok: str = "—") -> list[object]:  # fmt: skip
+    """A row of the main table: #, what, nodes, loadwatcher, reference, ratio, target, met?"""
+    shown = f"{nodes:,}" if isinstance(nodes, int) else nodes
+    return [kind, what, shown, result, ref, ratio, target, ok]
+
+
+def verdict(ok: bool, nodes: int, target_nodes: int) -> str:
+    """Met or not, where the target applies (at ``target_nodes``)."""
+    return f"n/a (target at {target_nodes:,})" if nodes != target_nodes else met(ok)
 
 
 def table(head: str | Sequence[str], rows: Sequence[Sequence[object]] = ()) -> list[str]:

@@ -1,7 +1,6 @@
-"""The poll cycle in process (``app.build_engine``, ``Engine.cycle(now)``) against a bare
-HTTP client replaying its requests and against the Go load-watcher's queries: cold starts,
-steady cycles, their CPU and, through timing wrappers put around what the engine calls
-(nothing in ``loadwatcher/`` changes), each phase's time and CPU. Method: RESULTS.md."""
+"""The poll cycle in process against the Go load-watcher's queries: cold starts, steady
+cycles, their CPU and each phase's, timed by wrappers around what the engine calls.
+Method: RESULTS.md."""
 
 from __future__ import annotations
 
@@ -9,9 +8,10 @@ import asyncio
 import contextlib
 import functools
 import importlib
+import math
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,8 +24,6 @@ setup_paths()
 from loadwatcher import app, config  # noqa: E402
 from loadwatcher.engine import Engine  # noqa: E402
 
-Request = tuple[str, str, tuple[tuple[str, str], ...]]
-"""(method, url, sorted params) of one backend request."""
 # How often the cold start's watcher looks at ``engine.current`` besides the publication hook.
 WATCH_S = 0.002
 # The pure functions the engine calls through their modules: (module, function, phase).
@@ -40,10 +38,8 @@ PHASE_FUNCTIONS = (
 @dataclass
 class CycleRun:
     service_ms: float
-    reference_ms: float
     phases_ms: dict[str, float]
     samples: int
-    requests: int
     cpu_ms: float
     """Process CPU over the cycle (every thread)."""
     idle_cpu_ms: float
@@ -68,14 +64,12 @@ class CycleResult:
     fold_ms: list[float] = field(default_factory=list)
     """WAL folds after the steady cycles (the engine's idle-time work before the next poll)."""
     go_prom_cpu_ms: list[float] = field(default_factory=list)
-    """Prometheus's CPU answering the Go load-watcher's four 15-minute queries, once after
-    each steady cycle at its time (what a Go fetch costs Prometheus)."""
+    """Prometheus's CPU answering the Go load-watcher's queries after each steady cycle."""
 
 
 @dataclass
 class _ThreadCall:
-    """One call of a timed function in some thread: that thread's CPU clock at its start and
-    end (``end`` is None while it runs)."""
+    """One timed call in some thread: that thread's CPU clock at its start and end."""
 
     clock: int
     start: float
@@ -98,7 +92,6 @@ class Probe:
     def reset(self) -> None:
         self.phases: dict[str, float] = {}
         self.phases_cpu: dict[str, float] = {}
-        self.requests: list[Request] = []
         self.samples = 0
         with self._lock:
             self._calls: list[_ThreadCall] = []
@@ -125,8 +118,7 @@ class Probe:
         return wrapper
 
     def _thread_cpu_since(self, marks: list[float]) -> float:
-        """CPU the thread phases used since ``marks`` (each one's clock then) were taken;
-        those started since: all of theirs."""
+        """CPU the thread phases used since ``marks`` (each one's clock then) were taken."""
         with self._lock:
             calls = list(self._calls)
         return sum(
@@ -176,7 +168,7 @@ class Probe:
         return wrapper
 
     def attach(self, engine: Engine) -> None:
-        """Wrap this engine's provider fetch, store writes, HTTP requests and journal write."""
+        """Wrap this engine's provider fetch, store writes and journal write."""
         provider: Any = engine.provider
         self._replace(provider, "fetch", self._timed_async("fetch", provider.fetch))
         # A cold start's early snapshot, from the backend's own aggregates.
@@ -205,17 +197,6 @@ class Probe:
                 self.fold_ms.append((time.perf_counter() - began) * 1000.0)
 
             self._replace(journal, "fold_wal", timed_fold)
-        http = provider._http  # Prometheus reads raw bytes; its diagnoses read JSON
-        for name in ("request_json", "request_bytes"):
-            self._replace(http, name, self._recording(http.settings.address, getattr(http, name)))
-
-    def _recording(self, address: str, request: Callable[..., Any]) -> Callable[..., Any]:
-        async def recording(method: str, path: str, **kwargs: Any) -> Any:
-            params = tuple(sorted((kwargs.get("params") or {}).items()))
-            self.requests.append((method, address + path, params))
-            return await request(method, path, **kwargs)
-
-        return recording
 
     def close(self) -> None:
         self._stack.close()
@@ -231,9 +212,7 @@ def build_engine(prom_url: str, db: Path | None) -> Engine:
 
 
 async def go_reference(prom_url: str, now: float) -> float:
-    """Milliseconds for the Go load-watcher's 15-minute queries at ``now``, one after another,
-    each a GET /api/v1/query read whole and dropped, by a bare client with default headers
-    (gzip accepted, as Go's client does)."""
+    """Milliseconds for the Go load-watcher's 15-minute queries at ``now``, one after another."""
     async with aiohttp.ClientSession() as session:
         began = time.perf_counter()
         for query in GO_QUERIES:
@@ -245,30 +224,9 @@ async def go_reference(prom_url: str, now: float) -> float:
         return (time.perf_counter() - began) * 1000.0
 
 
-async def reference(session: aiohttp.ClientSession, requests: list[Request]) -> float:
-    """Milliseconds to send ``requests`` concurrently and read (then drop) every body."""
-
-    async def one(method: str, url: str, params: tuple[tuple[str, str], ...]) -> None:
-        headers = {"Accept": "application/json"}
-        async with session.request(method, url, params=dict(params), headers=headers) as resp:
-            await resp.read()
-            if resp.status != 200:
-                raise RuntimeError(f"reference request {url} {params} -> {resp.status}")
-
-    began = time.perf_counter()
-    await asyncio.gather(*(one(*r) for r in requests))
-    return (time.perf_counter() - began) * 1000.0
-
-
-def _session() -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=16))
-
-
 async def _watched_cycle(engine: Engine, now: float, nodes: int) -> tuple[float, float | None]:
-    """Run one cycle as a task; seconds (perf_counter) when it ended and when ``engine.current``
-    first held ``nodes`` nodes (None: never). Seen both at the engine's publication hook and
-    by looking at ``engine.current`` every ``WATCH_S``, so an early publication is caught
-    however it is made."""
+    """One cycle as a task: when it ended and when ``engine.current`` first held ``nodes``
+    nodes (None: never), seen at the publication hook and every ``WATCH_S``."""
     first: list[float] = []
 
     def look() -> None:
@@ -306,20 +264,13 @@ async def _measured(
     engine: Engine,
     probe: Probe,
     now: float,
-    session: aiohttp.ClientSession,
-    predicted: list[Request] | None,
-    reference_first: bool,
     watch_nodes: int | None = None,
     prom_pid: int | None = None,
 ) -> CycleRun:
-    """One cycle at ``now`` and its reference; the reference goes first when it can. With
-    ``watch_nodes``, also when the first snapshot with that many nodes was published."""
-    ref_ms: float | None = None
-    # What the last cycle left for the idle time before the next poll (the WAL fold): a
-    # real poll interval (15 s) leaves it done, so neither side is measured next to it.
+    """One cycle at ``now``; with ``watch_nodes``, also when the first snapshot with that
+    many nodes was published."""
+    # The idle work the last cycle left (the WAL fold): a 15 s poll interval leaves it done.
     await engine.wait_idle_work()
-    if reference_first and predicted:
-        ref_ms = await reference(session, predicted)
     probe.reset()
     first_full_ms: float | None = None
     prom_cpu = cpu_s(prom_pid) if prom_pid is not None else 0.0
@@ -335,41 +286,27 @@ async def _measured(
             first_full_ms = (first - began) * 1000.0
     cycle_cpu = time.process_time()
     prom_cpu_ms = (cpu_s(prom_pid) - prom_cpu) * 1000.0 if prom_pid is not None else None
-    # The idle work the cycle left is part of what each poll costs: awaited here, so that
-    # its CPU is the poll's, and before any reference.
+    # The idle work the cycle left is part of what each poll costs: its CPU is the poll's.
     await engine.wait_idle_work()
     idle_cpu = time.process_time()
     if not engine.provider_status.ok:
         raise RuntimeError(f"poll cycle failed: {engine.provider_status.error}")
-    recorded = list(probe.requests)
-    if ref_ms is None or sorted(recorded) != sorted(predicted or []):
-        ref_ms = await reference(session, recorded)
     return CycleRun(
-        (ended - began) * 1000.0, ref_ms, dict(probe.phases), probe.samples, len(recorded),
+        (ended - began) * 1000.0, dict(probe.phases), probe.samples,
         (cycle_cpu - cpu) * 1000.0, (idle_cpu - cycle_cpu) * 1000.0, dict(probe.phases_cpu),
         first_full_ms, prom_cpu_ms,
     )  # fmt: skip
-
-
-def _with_time(requests: list[Request], now: float) -> list[Request]:
-    """The same requests evaluated at ``now`` (the provider sends ``time`` with 3 decimals)."""
-    return [
-        (method, url, tuple((k, f"{now:.3f}" if k == "time" else v) for k, v in params))
-        for method, url, params in requests
-    ]
 
 
 async def _cold_starts(
     prom_url: str, nodes: int, now0: float, repeat: int, workdir: Path, probe: Probe,
     result: CycleResult,
 ) -> Engine:  # fmt: skip
-    """``repeat`` cold starts at ``now0``, each on a fresh engine and journal; the last
-    engine, for the steady cycles."""
-    # Warm-up: imports, code paths, Prometheus' page cache; learns the cold requests.
+    """``repeat`` cold starts at ``now0``, each on a fresh engine; the last engine."""
+    # Warm-up: imports, code paths, Prometheus' page cache.
     warm = build_engine(prom_url, None)
     probe.attach(warm)
     await warm.cycle(now0)
-    cold_requests = list(probe.requests)
     await warm.close()
     await go_reference(prom_url, now0)
     engine: Engine | None = None
@@ -379,20 +316,11 @@ async def _cold_starts(
         engine = build_engine(prom_url, workdir / f"cycle-{nodes}-{rep}.db")
         probe.attach(engine)
         await engine.recover()
-        references_first = rep % 2 == 1
-        go_ms = await go_reference(prom_url, now0) if references_first else None
-        async with _session() as session:
-            run = await _measured(
-                engine, probe, now0, session, cold_requests, references_first, nodes
-            )
+        # The Go reference goes first every other start.
+        go_ms = await go_reference(prom_url, now0) if rep % 2 == 1 else None
+        run = await _measured(engine, probe, now0, nodes)
         run.go_reference_ms = go_ms if go_ms is not None else await go_reference(prom_url, now0)
         result.cold.append(run)
-        progress(
-            f"  {nodes} nodes cold start {rep + 1}/{repeat}: first full snapshot "
-            f"{run.first_full_ms or float('nan'):.0f} ms (Go's 15m queries "
-            f"{run.go_reference_ms:.0f} ms), cycle {run.service_ms:.0f} ms (bare HTTP "
-            f"{run.reference_ms:.0f} ms), {run.samples} samples"
-        )
     assert engine is not None
     return engine
 
@@ -412,31 +340,21 @@ async def bench(
     probe.patch_modules()
     try:
         engine = await _cold_starts(prom_url, nodes, now0, repeat, workdir, probe, result)
-        async with _session() as session:
-            now = now0
-            last: list[Request] = []
-            probe.fold_ms = []
-            for k in range(steady + 1):  # the first incremental cycle is a warm-up
-                now += STEP_S
-                predicted = _with_time(last, now) if last else None
-                run = await _measured(
-                    engine, probe, now, session, predicted, k % 2 == 1, prom_pid=prom_pid
-                )
-                last = list(probe.requests)
-                if k > 0:
-                    result.steady.append(run)
-                    if prom_pid is not None:
-                        before = cpu_s(prom_pid)
-                        await go_reference(prom_url, now)
-                        result.go_prom_cpu_ms.append((cpu_s(prom_pid) - before) * 1000.0)
+        probe.fold_ms = []
+        for k in range(steady + 1):  # the first incremental cycle is a warm-up
+            now = now0 + (k + 1) * STEP_S
+            run = await _measured(engine, probe, now, prom_pid=prom_pid)
+            if k > 0:
+                result.steady.append(run)
+                if prom_pid is not None:
+                    before = cpu_s(prom_pid)
+                    await go_reference(prom_url, now)
+                    result.go_prom_cpu_ms.append((cpu_s(prom_pid) - before) * 1000.0)
         await engine.wait_idle_work()
         result.fold_ms = probe.fold_ms[1:]  # the first follows the cold start
-        if result.steady:
-            progress(
-                f"  {nodes} nodes steady state: {len(result.steady)} cycles, median service "
-                f"{med([r.service_ms for r in result.steady]):.0f} ms, CPU per poll "
-                f"{med([r.cpu_ms + r.idle_cpu_ms for r in result.steady]):.0f} ms"
-            )
+        first = med([r.first_full_ms or math.nan for r in result.cold])
+        cpu = med([r.cpu_ms + r.idle_cpu_ms for r in result.steady])
+        progress(f"  {nodes} nodes: first full snapshot {first:.0f} ms, CPU per poll {cpu:.0f} ms")
         db = Path(str(engine.journal.path)) if engine.journal else None
         result.journal_wal_bytes = _size(Path(f"{db}-wal")) if db else 0
         await engine.close()  # checkpoints the WAL into the main file
@@ -451,18 +369,3 @@ async def bench(
 
 def _size(path: Path) -> int:
     return path.stat().st_size if path.exists() else 0
-
-
-@contextlib.contextmanager
-def inline_threads() -> Iterator[None]:
-    """Run ``asyncio.to_thread`` work inline, so a profiler of the main thread sees it."""
-    original = asyncio.to_thread
-
-    async def inline(func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        return func(*args, **kwargs)
-
-    asyncio.to_thread = inline
-    try:
-        yield
-    finally:
-        asyncio.to_thread = original

@@ -1,9 +1,5 @@
-"""Fast paths measured in process against their plain twins (benchmarks/fastpaths.py).
-
-Each pair times the whole unit of work the fast path sits in (a push body read and mapped,
-a query evaluated and rendered), once with the fast path and once with its plain twin put
-in its place, interleaved, on this thread's CPU clock; both must give the same answer.
-"""
+"""Fast paths measured in process against their plain twins, for benchmarks/fastpaths.py.
+Method: benchmarks/RESULTS.md."""
 
 from __future__ import annotations
 
@@ -65,8 +61,7 @@ def _swapped(module: Any, **attrs: Any) -> Iterator[None]:
 
 
 def _rw_work(rules: bool) -> Callable[[], Callable[[], object]]:
-    """Decode and map one round of the bodies push.py sends (a receiver that has read them
-    once: steady state, every label set seen before)."""
+    """Decode and map one round of the bodies push.py sends, every label set seen before."""
 
     def build() -> Callable[[], object]:
         payload = RulePayload(5000) if rules else DiscardPayload(100)

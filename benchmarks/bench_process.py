@@ -1,6 +1,4 @@
-"""The real service as a process (``python -m loadwatcher serve``, the Go load-watcher's
-environment variables, a free loopback port, a log file): its memory, CPU and start times.
-Method: the Method section of benchmarks/RESULTS.md."""
+"""The real service as a process: its memory, CPU and start times. Method: RESULTS.md."""
 
 from __future__ import annotations
 
@@ -12,12 +10,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import bench_common as common
 import orjson
 from bench_common import cpu_s, http_get, memory_kib, progress, service_env, spawn, stop, wait_http
 
 from tests.support.backends import free_port, serve_argv, tail
 
 POLL_S = 0.01
+# The targets of run.py's table and the node count at which each applies.
+START_TARGET_S, START_NODES = 1.0, 5000
+MEMORY_TARGET_MB, STEADY_MEMORY_TARGET_MB, PEAK_RATIO_TARGET, MEMORY_NODES = 150, 90, 1.5, 5000
 # Watching for the next poll: /watcher/health is asked every WATCH_S, from WATCH_EARLY_S
 # before the poll is due, so that the harness's requests cost the service little CPU.
 WATCH_S = 0.05
@@ -95,10 +97,8 @@ class Service:
             raise ServiceError(f"{self.name} exited with {code}:\n{tail(self.log_path)}")
 
     def wait_nodes(self, nodes: int, timeout_s: float, full: bool = False) -> float:
-        """Seconds from spawn to the first ``200`` on ``/watcher`` listing ``nodes`` nodes,
-        taken when the response has been read, before it is parsed. With ``full``, nodes
-        with the raw samples' rollups, not the cold start's early snapshot of the backend's
-        aggregates (tagged ``"rollups": "backend"``)."""
+        """Seconds from spawn to the first ``200`` on ``/watcher`` listing ``nodes`` nodes
+        (with ``full``, not from the cold start's early snapshot, tagged ``rollups``)."""
         deadline = time.monotonic() + timeout_s
         last = "no answer"
         while True:
@@ -131,10 +131,8 @@ class Service:
         return float(value) if value is not None else None
 
     def watch_polls(self, polls: int, timeout_s: float) -> list[PollSeen]:
-        """The next ``polls`` polls, each seen as soon as /watcher/health shows a snapshot
-        taken at least half a poll interval after the last one seen (a cold cycle that
-        publishes twice, early then in full, is one poll), with what /proc/PID/status and
-        /proc/PID/stat said right after."""
+        """The next ``polls`` polls (a snapshot at least half an interval newer), each with
+        the process's memory and CPU read right after."""
         deadline = time.monotonic() + timeout_s
         interval = self.poll_interval_s
         last = self.taken_at()
@@ -157,9 +155,7 @@ class Service:
         return seen
 
     def health_cost_ms(self, taken_at: float) -> float | None:
-        """The CPU (ms) the service spends on one /watcher/health request, measured between
-        two polls, once the last one (snapshot ``taken_at``) has left its idle work behind;
-        None when a poll ran meanwhile."""
+        """The service's CPU (ms) per /watcher/health request; None if a poll ran meanwhile."""
         time.sleep(min(0.3, self.poll_interval_s / 4))
         before = task_cpu_ns(self.pid)
         for _ in range(HEALTH_PROBES):
@@ -169,8 +165,7 @@ class Service:
 
 
 def task_cpu_ns(pid: int) -> int:
-    """Nanoseconds on CPU of ``pid``'s live threads (/proc/PID/task/*/schedstat): finer than
-    /proc/PID/stat's clock ticks, blind to threads that have ended."""
+    """Nanoseconds on CPU of ``pid``'s live threads (/proc/PID/task/*/schedstat)."""
     total = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
@@ -182,8 +177,7 @@ def task_cpu_ns(pid: int) -> int:
 
 @dataclass(frozen=True)
 class PollSeen:
-    """A poll seen from outside: its snapshot time, then the process's memory (KiB) and CPU
-    (s) read right after, and the /watcher/health requests it took to see it."""
+    """A poll seen from outside, what /proc said right after, the requests it took to see."""
 
     taken_at: float
     rss_kib: int
@@ -214,13 +208,10 @@ class MemoryResult:
 def memory(
     workdir: Path, prom_url: str, nodes: int, db: Path, cycles: int, poll_interval_s: float
 ) -> MemoryResult:
-    """Peak and steady RSS of a cold start (``db`` does not exist yet) followed by ``cycles``
-    polls after the first full answer, and the process's CPU per poll over those polls. The
-    journal it leaves behind (stopped cleanly, WAL checkpointed) is ``db``."""
+    """Memory and CPU per poll of a cold start and ``cycles`` polls; leaves its journal."""
     service = Service(workdir, db, prom_url, "memory", poll_interval_s)
     try:
         first = service.start().wait_nodes(nodes, timeout_s=180)
-        progress(f"  service has all {nodes} nodes {first:.1f} s after start")
         polls = service.watch_polls(cycles, timeout_s=60 + cycles * (poll_interval_s + 30))
         mem = memory_kib(service.pid)
         health_ms = service.health_cost_ms(polls[-1].taken_at)
@@ -234,10 +225,6 @@ def memory(
     if len(polls) > 1:
         result.cpu_ms_per_poll = (polls[-1].cpu_s - polls[0].cpu_s) * 1000.0 / (len(polls) - 1)
         result.health_requests_per_poll = statistics.mean(p.requests for p in polls[1:])
-    progress(
-        f"  peak RSS {result.hwm_kib / 1024:.0f} MB, steady {steady / 1024:.0f} MB, CPU per "
-        f"poll {result.cpu_ms_per_poll or 0:.0f} ms over {len(polls) - 1} poll(s)"
-    )
     return result
 
 
@@ -253,10 +240,8 @@ class StartResult:
 def starts(
     workdir: Path, prom_url: str, nodes: int, runs: int, journal: Path | None, name: str
 ) -> StartResult:
-    """Process start -> first 200 on /watcher with all ``nodes``, ``runs`` times: each on a
-    fresh copy of ``journal`` and its WAL (page cache warm), or on a path that does not
-    exist yet (``journal`` None: a cold start, Prometheus up). After restarts, what
-    importing the service costs."""
+    """Process start -> first full 200 on /watcher, ``runs`` times, each on a fresh copy of
+    ``journal`` (None: no journal yet); after restarts, what importing the service costs."""
     result = StartResult(nodes)
     workdir.mkdir(parents=True, exist_ok=True)
     for run in range(runs):
@@ -270,9 +255,9 @@ def starts(
             result.seconds.append(service.start().wait_nodes(nodes, timeout_s=120))
         finally:
             service.stopped_cleanly()
-        progress(f"  {name} {run + 1}/{runs}: all {nodes} nodes in {result.seconds[-1]:.3f} s")
         for suffix in ("", "-wal", "-shm"):
             Path(f"{db}{suffix}").unlink(missing_ok=True)
+    progress(f"  {name}: all {nodes} nodes in {', '.join(f'{s:.2f}' for s in result.seconds)} s")
     if journal is not None:
         result.import_seconds, result.import_rss_kib = import_cost(runs)
     return result
@@ -298,8 +283,7 @@ def import_cost(runs: int) -> tuple[list[float], int]:
 
 
 def crashed_journal(workdir: Path, prom_url: str, nodes: int, clean: Path) -> Path:
-    """A journal as a ``kill -9`` leaves it: a service on a copy of ``clean`` polls once
-    (its cycle writes the snapshot's recipe) and is killed; the WAL is kept."""
+    """A journal as ``kill -9`` leaves it after one poll, on a copy of ``clean``."""
     workdir.mkdir(parents=True, exist_ok=True)
     db = workdir / "crashed.db"
     shutil.copyfile(clean, db)
@@ -312,3 +296,55 @@ def crashed_journal(workdir: Path, prom_url: str, nodes: int, clean: Path) -> Pa
             service.proc.kill()
             service.proc.wait(timeout=30)
     return db
+
+
+def start_rows(
+    cold: StartResult | None, restart: StartResult | None, crash: StartResult | None
+) -> list[list[object]]:
+    """The start rows of run.py's table."""
+    rows: list[list[object]] = []
+    for what, got in (
+        ("start with an empty journal: process start → first 200 with every node (Prometheus up)",
+         cold),
+        ("restart after a clean stop: process start → first 200 with every node (journal, "
+         "provider down)", restart),
+        ("restart after kill -9 (the snapshot rebuilt from the journal's samples)",
+         crash),
+    ):  # fmt: skip
+        if got is None or not got.seconds:
+            rows.append(common.row(3, what, START_NODES, "not measured", target="≤ 1 s"))
+            continue
+        ok = common.verdict(common.med(got.seconds) <= START_TARGET_S, got.nodes, START_NODES)
+        seconds = common.span(got.seconds, "{:.2f}".format, " s", n=True)
+        rows.append(
+            common.row(3, what, got.nodes, seconds, target=f"≤ {START_TARGET_S:g} s", ok=ok)
+        )
+    if restart is not None and restart.import_seconds:
+        took = common.span(restart.import_seconds, "{:.2f}".format, " s")
+        rss = f"{restart.import_rss_kib / 1024:,.0f} MB"
+        what = (
+            "of which: a fresh interpreter importing loadwatcher.cli and loadwatcher.app (no data)"
+        )
+        rows.append(common.row(3, what, "—", f"{took}, RSS {rss}"))
+    return rows
+
+
+def memory_rows(memory: MemoryResult | None) -> list[list[object]]:
+    """The memory rows of run.py's table."""
+    if memory is None:
+        return [common.row(4, "resident memory", MEMORY_NODES, "not measured")]
+    peak, steady = memory.hwm_kib / 1024, memory.steady_rss_kib / 1024
+    half = len(memory.polls) - len(memory.polls) // 2
+    rows: list[list[object]] = []
+    for what, value, shown, target, unit in (
+        (f"peak resident memory (VmHWM) over a cold start (empty journal) and {memory.cycles} "
+         "polls after the first full answer", peak, f"{peak:,.0f} MB", MEMORY_TARGET_MB, " MB"),
+        (f"steady resident memory (VmRSS, median of the readings right after each of the last "
+         f"{half} polls; after the last: {memory.rss_kib / 1024:,.0f} MB)", steady,
+         f"{steady:,.0f} MB", STEADY_MEMORY_TARGET_MB, " MB"),
+        ("peak / steady resident memory", peak / steady, f"{peak / steady:.2f}×",
+         PEAK_RATIO_TARGET, "×"),
+    ):  # fmt: skip
+        ok = common.verdict(value <= target, memory.nodes, MEMORY_NODES)
+        rows.append(common.row(4, what, memory.nodes, shown, target=f"≤ {target:g}{unit}", ok=ok))
+    return rows

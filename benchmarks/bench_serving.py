@@ -12,12 +12,13 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench_common import http_get, progress, spawn, stop, wait_http
+from bench_common import http_get, med, ms, progress, row, spawn, stop, verdict, wait_http
 from bench_process import Service
 
 from tests.support.backends import free_port
 
 GZIP = {"Accept-Encoding": "gzip"}
+SHARE_TARGET, TARGET_NODES = 0.50, 1000  # gzip GET /watcher ≥ 50 % of nginx's req/s
 _UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
 
 
@@ -192,3 +193,28 @@ def _check_same(port: int, body: bytes, gz_body: bytes, headers: dict[str, str])
             problems.append(f"header {name}: nginx {got_headers.get(name)!r}, service {value!r}")
     if problems:
         raise RuntimeError("nginx does not serve the service's response: " + "; ".join(problems))
+
+
+def rows(serving: ServingResult | None) -> list[list[object]]:
+    """The serving rows of run.py's table."""
+    target = f"≥ {SHARE_TARGET:.0%}"
+    if serving is None:
+        return [row(2, "GET /watcher", TARGET_NODES, "not measured", target=target)]
+    out: list[list[object]] = []
+    for variant in ("plain", "gzip"):
+        svc, ngx = serving.runs.get(f"service/{variant}"), serving.runs.get(f"nginx/{variant}")
+        if not svc or not ngx:
+            continue
+
+        def cell(runs: list[WrkResult]) -> str:
+            rps = med([r.requests_per_s for r in runs])
+            p50, p99 = med([r.p50_ms for r in runs]), med([r.p99_ms for r in runs])
+            return f"{rps:,.0f} req/s, p50 {ms(p50)}, p99 {ms(p99)}"
+
+        share = med([r.requests_per_s for r in svc]) / med([r.requests_per_s for r in ngx])
+        size = serving.body_bytes if variant == "plain" else serving.gzip_bytes
+        ok = verdict(share >= SHARE_TARGET, serving.nodes, TARGET_NODES)
+        what = f"GET /watcher, {variant} ({size / 1e3:,.0f} kB)"
+        ref = f"nginx {cell(ngx)}"
+        out.append(row(2, what, serving.nodes, cell(svc), ref, f"{share:.0%}", target, ok))
+    return out

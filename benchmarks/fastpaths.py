@@ -4,13 +4,8 @@
     python benchmarks/fastpaths.py           # cycle at 5,000 nodes, serving at 1,000
     python benchmarks/fastpaths.py --quick   # a smoke run, not a measurement
 
-A fast path stays only where it saves at least 10 % of what the target it serves measures,
-against its plain twin (*share*: the time it saves over the time the plain twin takes).
-Here the poll cycle's pairs (one engine, a dispatcher put where the engine calls each fast
-path choosing the fast function or its twin) and serving's (two service processes, one
-with prepared responses off, under ``wrk``); the in-process ones (push readers, PromQL):
-bench_micro.py. A fast path missing from the tree is reported as absent. Writes the
-``fastpaths`` block of ``--out`` and the raw figures to out/fastpaths.json beside it.
+The poll cycle's and serving's pairs here, the in-process ones in bench_micro.py. Writes
+the ``fastpaths`` block of ``--out`` and out/fastpaths.json. Method: benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -128,8 +123,8 @@ def plain_encode_parts(snap: Any, window: str, fmt: Any, only: str | None = None
 
 
 class Switch:
-    """Puts a dispatcher where the engine calls each fast path: it runs the fast function
-    or its plain twin (as ``plain`` says) and adds up the thread CPU time each took."""
+    """A dispatcher where the engine calls each fast path: the fast function or its plain
+    twin (as ``plain`` says), adding up the thread CPU time each took."""
 
     def __init__(self) -> None:
         self.plain: AbstractSet[str] = frozenset()
@@ -182,8 +177,7 @@ def _same_body(snap: Any) -> None:
 
 
 async def cycles(url: str, nodes: int, now: float, rounds: int, workdir: Path) -> list[CycleSample]:
-    """A cold start, then ``rounds`` rounds (after a warm-up) of one steady cycle per
-    variant, the order rotating each round."""
+    """A cold start, then ``rounds`` rounds of one steady cycle per variant."""
     samples: list[CycleSample] = []
     variants = [v for v, plain in VARIANTS.items() if all(present(p) for p in plain)]
     probe, switch = bench_cycle.Probe(), Switch()
@@ -211,11 +205,6 @@ async def cycles(url: str, nodes: int, now: float, rounds: int, workdir: Path) -
                 if rnd > 0:
                     sample = CycleSample(variant, cycle_ms, dict(switch.cpu_ms), dict(probe.phases))
                     samples.append(sample)
-            if rnd > 0:
-                line = ", ".join(
-                    f"{s.variant} {s.cycle_ms:.0f} ms" for s in samples[-len(variants) :]
-                )
-                progress(f"  round {rnd}/{rounds}: {line}")
         await engine.wait_idle_work()
         await engine.close()
     finally:
@@ -227,8 +216,7 @@ async def cycles(url: str, nodes: int, now: float, rounds: int, workdir: Path) -
 
 
 def cycle_verdict(path: str, samples: list[CycleSample], nodes: int) -> Verdict:
-    """The cycle with ``path``'s plain twin against the all-fast cycle of the same rounds:
-    the median of the paired differences (each round runs both) over the plain median."""
+    """Median of the paired differences (plain − fast) over the plain median."""
     fast = [s for s in samples if s.variant == "fast"]
     plain = [s for s in samples if s.variant == f"plain {path}"]
     saved = [p.cycle_ms - f.cycle_ms for f, p in zip(fast, plain, strict=True)]
@@ -247,8 +235,7 @@ def cycle_verdict(path: str, samples: list[CycleSample], nodes: int) -> Verdict:
 
 
 def _prepared_head(port: int) -> bool:
-    """Whether the service answers a keep-alive gzip GET with a prepared response: its head
-    starts with ``Content-Type``, aiohttp's with the handler's headers (``ETag``)."""
+    """Whether a gzip GET gets a prepared response (its head starts with Content-Type)."""
     status, headers, _ = common.http_get(port, "/watcher", GZIP)
     if status != 200 or headers.get("content-encoding") != "gzip":
         raise RuntimeError(f"gzip GET /watcher answered {status} {headers}")

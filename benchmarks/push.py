@@ -26,7 +26,8 @@ from typing import Any
 import bench_common as common
 import push_freshness as fresh
 import push_ingest
-from bench_common import Run, attempt, options, pct, progress
+import push_polling as polling_ref
+from bench_common import Run, attempt, options, progress
 from push_common import REAL_ROUND_S
 
 # Each setting: (full run, --quick, help).
@@ -51,7 +52,7 @@ class Results:
     facts: dict[str, str]
     args: dict[str, Any]
     push: list[fresh.PushRun] = field(default_factory=list)
-    poll: fresh.PollRun | None = None
+    poll: polling_ref.PollRun | None = None
     ingest: list[push_ingest.IngestRun] = field(default_factory=list)
     idle_cpu_per_s: dict[str, float] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
@@ -64,18 +65,19 @@ def lines(res: Results) -> list[str]:
     tables: list[tuple[str, str | Sequence[str], Sequence[Sequence[object]]]] = [
         ("Freshness: from a push's 204 to the first `GET /watcher` that holds it",
          "nodes | service | samples' age when sent | p50 | p99 | max | bodies (skipped, late) "
-         "| p99 from sending | target (p99) | met?", fresh.freshness_rows(res.push, res.poll)),
+         "| p99 from sending | target (p99) | met?",
+         fresh.freshness_rows(res.push) + polling_ref.freshness_rows(res.poll)),
         ("The services over the same runs",
          "nodes | service | POST p50 | cycles start every, past the second | publishing "
          "cycles, mean | its own publish lag, mean | CPU per minute (probes taken out) "
          "| probes' share | RSS start → end | refused pushes",
-         fresh.service_rows(res.push, res.poll)),
+         fresh.service_rows(res.push) + polling_ref.service_rows(res.poll)),
         ("Ingest: samples per CPU-second, against Prometheus's own receiver",
          "payload | per repetition | loadwatcher | Prometheus (same bodies) | ratio "
          "| refused (ours / Prometheus) | target | met?", push_ingest.ingest_rows(res.ingest)),
         ("Cost: CPU per minute, receiving against polling the same nodes",
          "nodes | loadwatcher receiving | loadwatcher polling (reference) | ratio",
-         fresh.cost_rows(res.push, res.poll)),
+         polling_ref.cost_rows(res.push, res.poll)),
         ("Taken out of the ingest figures", ["", ""], idle),
         *([("Errors", ["error"], [[e] for e in res.errors])] if res.errors else []),
     ]  # fmt: skip
@@ -122,22 +124,11 @@ def ingest(res: Results, workdir: Path, args: Any) -> None:
 
 def freshness(res: Results, workdir: Path, nodes: int, args: Any) -> None:
     progress(f"freshness at {nodes:,} nodes, publish intervals {args.intervals}")
-    runs = asyncio.run(fresh.push_freshness(workdir, nodes, args))
-    res.push.extend(runs)
-    for r in runs:
-        ages = ", ".join(
-            f"{age:g} s old: p50 {pct(r.fresh(age), 50):.3f} s, p99 {pct(r.fresh(age), 99):.3f} s "
-            f"(n={len(r.fresh(age))})"
-            for age in fresh.SAMPLE_AGES_S
-        )
-        cpu = f"{r.window.cpu_per_min:.2f} CPU-s/min"
-        progress(f"  {r.interval_s:g} s: {ages}; {cpu}, statuses {r.statuses}")
+    res.push.extend(asyncio.run(fresh.push_freshness(workdir, nodes, args)))
 
 
 def polling(res: Results, workdir: Path, args: Any) -> None:
-    res.poll = fresh.polling_reference(workdir, args)
-    cpu = f"{res.poll.window.cpu_per_min:.2f} CPU-s/min"
-    progress(f"  polling: p50 {pct(res.poll.fresh_s, 50):.2f} s, {cpu}")
+    res.poll = polling_ref.polling_reference(workdir, args)
 
 
 if __name__ == "__main__":

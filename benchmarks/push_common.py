@@ -1,14 +1,10 @@
-"""What the push benchmarks share: remote-write bodies (built before the clock starts, but
-for push_bounds.py's), sending them, and watching a service's ``/watcher``, ``/metrics``
-and CPU while they land."""
+"""What the push benchmarks share: remote-write bodies, sending them, and watching a
+service's ``/watcher``, ``/metrics`` and CPU while they land."""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
-import math
 import re
-import statistics
 import struct
 import time
 import zlib
@@ -19,7 +15,6 @@ from pathlib import Path
 
 import aiohttp
 import cramjam
-import orjson
 from bench_common import cpu_s, memory_kib
 from bench_process import Service
 
@@ -128,8 +123,7 @@ class RulePayload:
                 self.series.append((i, wire_type, series_bytes(metric, [*labels, *EXTERNAL])))
 
     def round(self, ts: float, round_k: int) -> list[Body]:
-        """One evaluation's samples at ``ts``, cut into bodies of SAMPLES_PER_BODY, each
-        with its last series as its probe."""
+        """One evaluation at ``ts`` in bodies of SAMPLES_PER_BODY, probed by their last series."""
         ts_ms = round(ts * 1000)
         tails = {v: sample_bytes(v, ts_ms) for v in {marker(i, round_k) for i in range(90)}}
         bodies = []
@@ -204,10 +198,6 @@ def gzip_session() -> aiohttp.ClientSession:
     )
 
 
-async def sleep_until(wall: float) -> None:
-    await asyncio.sleep(max(0.0, wall - time.time()))
-
-
 # -- watching ``/watcher`` ------------------------------------------------------------------
 
 _LATEST = re.compile(rb'"type":"(\w+)","operator":"Latest","rollup":"[^"]*","value":([-+.\deE]+)')
@@ -237,9 +227,8 @@ def last_sample(doc: bytes, node: str) -> int | None:
 
 @dataclass
 class Watcher:
-    """Asks a service's ``GET /watcher`` (gzip, ``If-None-Match``) every ``every_s()``
-    seconds while something is awaited (always, with ``always``) and hands each new body
-    to ``seen``."""
+    """Asks ``GET /watcher`` (gzip, ``If-None-Match``) every ``every_s()`` seconds while
+    something is awaited (or ``always``); each new body goes to ``seen``."""
 
     url: str
     every_s: Callable[[], float]
@@ -282,7 +271,7 @@ class Watcher:
         self.seen(await asyncio.to_thread(zlib.decompress, gz, 31), at)
 
 
-async def _get(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> bytes:
+async def get(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> bytes:
     async with session.get(url, headers=headers) as resp:
         return await resp.read()
 
@@ -299,40 +288,16 @@ class ProbeCost:
 
 
 async def probe_cost(session: aiohttp.ClientSession, url: str, pid: int) -> ProbeCost:
-    """Time CALIBRATE_304 conditional and CALIBRATE_200 full ``GET /watcher`` (gzip) on the
-    process, as the probes send them."""
+    """CALIBRATE_304 conditional and CALIBRATE_200 full ``GET /watcher`` timed on ``pid``."""
     async with session.get(url + "/watcher", headers=GZIP) as resp:
         etag = resp.headers.get("ETag", "")
         await resp.read()
     cpu = [cpu_s(pid)]
     for count, headers in ((CALIBRATE_304, {**GZIP, "If-None-Match": etag}), (CALIBRATE_200, GZIP)):
         for _ in range(count):
-            await _get(session, url + "/watcher", headers)
+            await get(session, url + "/watcher", headers)
         cpu.append(cpu_s(pid))
     return ProbeCost((cpu[1] - cpu[0]) / CALIBRATE_304, (cpu[2] - cpu[1]) / CALIBRATE_200)
-
-
-async def cycle_clock(
-    session: aiohttp.ClientSession, url: str, seconds: float
-) -> tuple[float, float]:
-    """How often the service's cycles start, and where in the second: each cycle's own
-    clock (``provider.lastAttempt`` of ``/watcher/health``) read every 50 ms for
-    ``seconds``. NaN when fewer than two cycles were seen."""
-    starts: set[float] = set()
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        doc = orjson.loads(await _get(session, url + "/watcher/health", IDENTITY))
-        at = (doc.get("provider") or {}).get("lastAttempt")
-        if isinstance(at, int | float):
-            starts.add(float(at))
-        await asyncio.sleep(0.05)
-    ordered = sorted(starts)
-    if len(ordered) < 2:
-        return float("nan"), float("nan")
-    period = statistics.median(b - a for a, b in itertools.pairwise(ordered))
-    angles = [2 * math.pi * (s % 1.0) for s in ordered]
-    x, y = sum(math.cos(a) for a in angles), sum(math.sin(a) for a in angles)
-    return period, math.atan2(y, x) / (2 * math.pi) % 1.0
 
 
 _METRIC_LINE = re.compile(r"^(\w+)(\{[^}]*\})? (\S+)$", re.M)
@@ -340,13 +305,14 @@ _METRIC_LINE = re.compile(r"^(\w+)(\{[^}]*\})? (\S+)$", re.M)
 
 async def self_metrics(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
     """The service's /metrics samples, keyed ``name{labels}``."""
-    text = (await _get(session, url + "/metrics", IDENTITY)).decode()
+    text = (await get(session, url + "/metrics", IDENTITY)).decode()
     return {m.group(1) + (m.group(2) or ""): float(m.group(3)) for m in _METRIC_LINE.finditer(text)}
 
 
 @dataclass
 class Window:
-    """One process over a measured span: CPU, memory, the probes sent to it, its cycles."""
+    """One process over a measured span (``begin`` to ``end``): CPU, memory, the probes sent
+    to it, its cycles; ``/metrics`` is read outside the CPU span."""
 
     seconds: float = 0.0
     cpu_s: float = 0.0
@@ -381,42 +347,36 @@ class Window:
         self.probe_cost = cost
         self.probes_cpu_s = cost.of(Counter({int(k): v for k, v in self.probe_requests.items()}))
 
-
-class Meter:
-    """Reads a window's figures at its start and end (``/metrics`` outside the CPU span)."""
-
-    def __init__(self, url: str, pid: int, watcher: Watcher, backend_pid: int | None = None):
-        self.url, self.pid, self.watcher, self.backend_pid = url, pid, watcher, backend_pid
-
-    def _backend_cpu(self) -> float:
-        return cpu_s(self.backend_pid) if self.backend_pid is not None else 0.0
-
-    async def begin(self, session: aiohttp.ClientSession) -> None:
-        self._metrics = await self_metrics(session, self.url)
-        self._rss = memory_kib(self.pid)["VmRSS"]
-        self._requests = Counter(self.watcher.requests)
-        self._backend = self._backend_cpu()
-        self._cpu = cpu_s(self.pid)
+    async def begin(
+        self, session: aiohttp.ClientSession, url: str, pid: int, watcher: Watcher,
+        backend_pid: int | None = None,
+    ) -> None:  # fmt: skip
+        self._on: tuple[str, int, Watcher, int | None] = (url, pid, watcher, backend_pid)
+        self._metrics = await self_metrics(session, url)
+        self.rss_kib = (memory_kib(pid)["VmRSS"], 0)
+        self._requests = Counter(watcher.requests)
+        self._backend = cpu_s(backend_pid) if backend_pid is not None else 0.0
+        self._cpu = cpu_s(pid)
         self._began = time.monotonic()
 
-    async def end(self, session: aiohttp.ClientSession) -> Window:
-        cpu, seconds = cpu_s(self.pid) - self._cpu, time.monotonic() - self._began
-        backend = self._backend_cpu() - self._backend
-        requests = Counter(self.watcher.requests)
+    async def end(self, session: aiohttp.ClientSession) -> None:
+        url, pid, watcher, backend_pid = self._on
+        self.cpu_s, self.seconds = cpu_s(pid) - self._cpu, time.monotonic() - self._began
+        if backend_pid is not None:
+            self.backend_cpu_s = cpu_s(backend_pid) - self._backend
+        requests = Counter(watcher.requests)
         requests.subtract(self._requests)
-        mem = memory_kib(self.pid)
-        after = await self_metrics(session, self.url)
+        self.probe_requests = {str(k): v for k, v in sorted(requests.items()) if v}
+        mem = memory_kib(pid)
+        self.rss_kib, self.hwm_kib = (self.rss_kib[0], mem["VmRSS"]), mem["VmHWM"]
+        after = await self_metrics(session, url)
 
         def delta(name: str) -> float:
             return after.get(name, 0.0) - self._metrics.get(name, 0.0)
 
-        cycles = delta("loadwatcher_poll_duration_seconds_count")
+        self.cycles = int(delta("loadwatcher_poll_duration_seconds_count"))
         lags = delta("loadwatcher_push_publish_lag_seconds_count")
-        nan = float("nan")
-        return Window(
-            seconds, cpu, {str(k): v for k, v in sorted(requests.items()) if v},
-            rss_kib=(self._rss, mem["VmRSS"]), hwm_kib=mem["VmHWM"], cycles=int(cycles),
-            cycle_s=delta("loadwatcher_poll_duration_seconds_sum") / cycles if cycles else nan,
-            lag_mean_s=delta("loadwatcher_push_publish_lag_seconds_sum") / lags if lags else nan,
-            backend_cpu_s=backend,
-        )  # fmt: skip
+        if self.cycles:
+            self.cycle_s = delta("loadwatcher_poll_duration_seconds_sum") / self.cycles
+        if lags:
+            self.lag_mean_s = delta("loadwatcher_push_publish_lag_seconds_sum") / lags

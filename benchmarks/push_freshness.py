@@ -1,14 +1,15 @@
-"""How fresh pushed samples are in ``/watcher``, and at what CPU, against polling: services
-side by side, one per publish interval, fed the retention's history, then measured rounds
-whose bodies carry a marker the probe looks for. Method: benchmarks/RESULTS.md."""
+"""How fresh pushed samples are in ``/watcher``, and at what CPU: services side by side, one
+per publish interval (the polling reference: push_polling.py). Method: benchmarks/RESULTS.md."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
+import itertools
 import math
 import random
+import statistics
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -16,13 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
+import orjson
 import push_common as pc
-from bench_common import met, pct, progress, seed
+from bench_common import met, pct, progress
 from bench_process import Service
 
 from tests.support.backends import tail
 
-PUSH_PROBE_S, SLOW_PROBE_S, POLL_PROBE_S = 0.02, 0.1, 0.1
+PUSH_PROBE_S, SLOW_PROBE_S = 0.02, 0.1
 # How old a round's samples are when sent, alternating round by round: 0.1 s, a full batch
 # sent right after the rule's evaluation; 1.1 s, a partial batch waiting for
 # batch_send_deadline (samples that old are never newer than the second the cycle that
@@ -40,9 +42,8 @@ class PushRun:
     rounds: int
     bodies_per_round: int
     bodies: list[dict[str, float]] = field(default_factory=list)
-    """Each measured body: its samples' time and age when sent (``ts``, ``age_s``), when it
-    was sent, answered and first seen in ``/watcher``, and when the last new ``/watcher``
-    without it was (``passed``, 0 for none; wall clock)."""
+    """Each measured body: ``ts``, ``age_s`` and the wall-clock times it was ``sent``,
+    ``answered``, ``seen`` in ``/watcher`` and last ``passed`` over (0: never)."""
     post_s: list[float] = field(default_factory=list)
     unseen: int = 0
     """Bodies of the measured rounds never seen in ``/watcher``."""
@@ -54,8 +55,7 @@ class PushRun:
     cycle_phase_s: float = float("nan")
 
     def fresh(self, age_s: float | None = None, *, from_send: bool = False) -> list[float]:
-        """From each body's POST answer (or its first byte) to the first ``/watcher``
-        holding it; only the bodies whose samples were ``age_s`` old, if given."""
+        """From each body's POST answer (or first byte) to the first ``/watcher`` holding it."""
         start = "sent" if from_send else "answered"
         return [b["seen"] - b[start] for b in self.bodies if age_s is None or b["age_s"] == age_s]
 
@@ -87,8 +87,7 @@ class PushRig:
         self.settled = asyncio.Event()
 
     def probe_every(self) -> float:
-        """Fast while a body may still come with the next cycle; slower for one that
-        waits longer (its wait is then seconds long)."""
+        """Fast while a body may come with the next cycle, slower after."""
         if not self.pending:
             return PUSH_PROBE_S
         waited = time.time() - self.pending[0].answered
@@ -96,9 +95,7 @@ class PushRig:
         return PUSH_PROBE_S if waited < soon else SLOW_PROBE_S
 
     def seen(self, doc: bytes, at: float) -> None:
-        """Resolve the bodies whose marker ``doc`` holds, and the earlier ones of the same
-        series: a later sample's presence means theirs are in the windows too (their own
-        value is no longer ``Latest``)."""
+        """Resolve the bodies whose marker ``doc`` holds, and the earlier ones of each series."""
         keep = []
         arrived: set[tuple[str, str]] = set()
         for p in reversed(self.pending):
@@ -143,6 +140,32 @@ class PushRig:
         return len(self.pending)
 
 
+async def sleep_until(wall: float) -> None:
+    await asyncio.sleep(max(0.0, wall - time.time()))
+
+
+async def cycle_clock(
+    session: aiohttp.ClientSession, url: str, seconds: float
+) -> tuple[float, float]:
+    """How often the service's cycles start, and where in the second (``lastAttempt`` of
+    ``/watcher/health`` read every 50 ms); NaN under two cycles."""
+    starts: set[float] = set()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        doc = orjson.loads(await pc.get(session, url + "/watcher/health", pc.IDENTITY))
+        at = (doc.get("provider") or {}).get("lastAttempt")
+        if isinstance(at, int | float):
+            starts.add(float(at))
+        await asyncio.sleep(0.05)
+    ordered = sorted(starts)
+    if len(ordered) < 2:
+        return float("nan"), float("nan")
+    period = statistics.median(b - a for a, b in itertools.pairwise(ordered))
+    angles = [2 * math.pi * (s % 1.0) for s in ordered]
+    x, y = sum(math.cos(a) for a in angles), sum(math.sin(a) for a in angles)
+    return period, math.atan2(y, x) / (2 * math.pi) % 1.0
+
+
 async def push_freshness(workdir: Path, nodes: int, args: argparse.Namespace) -> list[PushRun]:
     """Services side by side (one per publish interval): history, then the measured rounds."""
     step, payload = args.round_s, pc.RulePayload(nodes)
@@ -168,7 +191,7 @@ async def push_freshness(workdir: Path, nodes: int, args: argparse.Namespace) ->
                     rig.watcher.close()
                 await asyncio.gather(*watchers, return_exceptions=True)
             clocks = await asyncio.gather(
-                *(pc.cycle_clock(session, r.service.url, 3 * r.run.interval_s + 0.5) for r in rigs)
+                *(cycle_clock(session, r.service.url, 3 * r.run.interval_s + 0.5) for r in rigs)
             )
             for rig, (every, phase) in zip(rigs, clocks, strict=True):
                 rig.run.cycle_every_s, rig.run.cycle_phase_s = every, phase
@@ -187,22 +210,15 @@ async def push_freshness(workdir: Path, nodes: int, args: argparse.Namespace) ->
 async def _history(
     session: aiohttp.ClientSession, rigs: Sequence[PushRig], payload: pc.RulePayload, step: float
 ) -> None:
-    """What a steady service holds: the retention's worth of rounds, sent paced; then wait
-    until the last of them is in every ``/watcher`` (the cold start is not measured)."""
+    """The retention's worth of rounds, paced, until the last is in every ``/watcher``."""
     count = int(pc.RETENTION_S // step) - 1
     now = time.time()
     rounds = [payload.round(now - (count - k) * step, k - count) for k in range(count)]
     earlier = [b for r in rounds[:-1] for b in r]
     for rig in rigs:
-        began = time.monotonic()
         url = rig.service.url + "/api/v1/write"
         rig.statuses.update(await pc.send_paced(session, url, earlier, pc.PACE_SAMPLES_PER_S))
         await rig.burst(session, rounds[-1])
-        progress(
-            f"  publish interval {rig.run.interval_s:g} s: history of "
-            f"{sum(b.samples for r in rounds for b in r):,} samples sent in "
-            f"{time.monotonic() - began:.1f} s"
-        )
     for rig in rigs:
         if await rig.drain(120):
             raise RuntimeError(f"the history never reached /watcher:\n{tail(rig.service.log_path)}")
@@ -212,10 +228,7 @@ async def _rounds(
     session: aiohttp.ClientSession, rigs: Sequence[PushRig], payload: pc.RulePayload, step: float,
     rounds: int,
 ) -> None:  # fmt: skip
-    """Every ``step`` each service gets one round; service i's rounds start ``i * step /
-    len(rigs)`` after service 0's, each a random fraction of its publish interval late (the
-    phase of the arrival in the service's cycle). A round's samples carry the time of the
-    rule's evaluation, SAMPLE_AGES_S[k % 2] before round k is sent."""
+    """The measured rounds, one every ``step`` per service, the services spread over it."""
     lead = 2.0 + 0.0004 * len(payload.series) * len(rigs) * rounds / pc.SAMPLES_PER_BODY
     t0 = time.time() + lead
     offsets = [i * step / len(rigs) for i in range(len(rigs))]
@@ -228,214 +241,89 @@ async def _rounds(
     plan = [[payload.round(at, k) for k, at in enumerate(times)] for times in evaluated]
     if time.time() > t0:
         progress(f"  building the rounds took {time.time() - t0 + lead:.1f} s, past the lead")
-    progress(f"  {rounds} rounds of {step:g} s, services {step / len(rigs):g} s apart")
 
     async def drive(i: int, rig: PushRig) -> None:
         start = t0 + offsets[i]
-        meter = pc.Meter(rig.service.url, rig.service.pid, rig.watcher)
-        await pc.sleep_until(start - 0.3)
-        await meter.begin(session)
+        await sleep_until(start - 0.3)
+        await rig.run.window.begin(session, rig.service.url, rig.service.pid, rig.watcher)
         rig.measuring = True
         for k in range(rounds):
             age = SAMPLE_AGES_S[k % len(SAMPLE_AGES_S)]
-            await pc.sleep_until(evaluated[i][k] + age)
+            await sleep_until(evaluated[i][k] + age)
             await rig.burst(session, plan[i][k], age)
-        await pc.sleep_until(start + rounds * step - 0.3)
+        await sleep_until(start + rounds * step - 0.3)
         rig.measuring = False
-        rig.run.window = await meter.end(session)
+        await rig.run.window.end(session)
 
     await asyncio.gather(*(drive(i, rig) for i, rig in enumerate(rigs)))
-
-
-# -- the polling reference -------------------------------------------------------------------
-
-
-@dataclass
-class PollRun:
-    """The polling service on the same nodes from a real Prometheus."""
-
-    nodes: int
-    poll_interval_s: float
-    polls: int
-    fresh_s: list[float] = field(default_factory=list)
-    """From a sample's timestamp to the first ``/watcher`` holding it."""
-    seed_s: float = 0.0
-    window: pc.Window = field(default_factory=pc.Window)
-
-
-async def poll_freshness(service: Service, prom_pid: int | None, node: str, run: PollRun) -> None:
-    """``run.polls`` polls measured from half a poll after one, ``node``'s newest sample
-    followed in ``/watcher``."""
-    step = run.poll_interval_s
-    measuring = False
-    newest: list[int] = []
-    changed = asyncio.Event()
-
-    def seen(doc: bytes, at: float) -> None:
-        last = pc.last_sample(doc, node)
-        if last is None:
-            return
-        if newest and measuring:
-            t = newest[0] + step
-            while t <= last + 1e-6:
-                run.fresh_s.append(at - t)
-                t += step
-        if not newest or last > newest[0]:
-            newest[:] = [last]
-            changed.set()
-
-    async with pc.gzip_session() as session:
-        watcher = pc.Watcher(service.url, lambda: POLL_PROBE_S, seen, always=True)
-        task = asyncio.ensure_future(watcher.run(session))
-        try:
-            for _ in range(2):  # the first answer (the cold start's), then the first poll after it
-                changed.clear()
-                try:
-                    await asyncio.wait_for(changed.wait(), 3 * step + 30)
-                except TimeoutError:
-                    raise RuntimeError(f"no poll published:\n{tail(service.log_path)}") from None
-            # Half a poll after a publication: the window holds exactly ``polls`` cycles.
-            await asyncio.sleep(step / 2)
-            meter = pc.Meter(service.url, service.pid, watcher, backend_pid=prom_pid)
-            await meter.begin(session)
-            measuring = True
-            await asyncio.sleep(run.polls * step)
-            measuring = False
-            run.window = await meter.end(session)
-        finally:
-            watcher.close()
-            await asyncio.gather(task, return_exceptions=True)
-        run.window.charge(await pc.probe_cost(session, service.url, service.pid))
-
-
-def polling_reference(workdir: Path, args: argparse.Namespace) -> PollRun:
-    step, nodes = args.round_s, args.poll_nodes
-    run = PollRun(nodes, step, args.polls)
-    progress(f"polling reference: seeding Prometheus with {nodes:,} nodes (promtool backfill)")
-    future_s = (args.polls + 6) * step + 120
-    seeded = seed(workdir / "prom-poll", nodes, pc.RETENTION_S + 60, future_s, step)
-    prom, run.seed_s = seeded.server, seeded.seed_s
-    service = Service(workdir / "poll", workdir / "poll" / "journal.db", prom.url, "poll", step)
-    try:
-        progress(f"polling reference: seeded in {run.seed_s:.1f} s; the service's cold start")
-        service.start().wait_nodes(nodes, timeout_s=180)
-        progress(f"polling reference: {args.polls} polls of {step:g} s")
-        asyncio.run(poll_freshness(service, prom.pid, min(seeded.node_names), run))
-    finally:
-        prom.stop()
-        service.stopped_cleanly()
-    return run
 
 
 # -- the tables -----------------------------------------------------------------------------
 
 
-def _s(value: float, digits: int = 2) -> str:
+def fmt_s(value: float, digits: int = 2) -> str:
     return "—" if math.isnan(value) else f"{value:,.{digits}f} s"
 
 
-def _mb(kib: int) -> str:
+def mb(kib: int) -> str:
     return f"{kib / 1024:,.0f} MB"
 
 
 def target_s(run: PushRun) -> float:
-    """p99 target: the publish interval plus half a second (scaled with the round in
-    --quick, whose intervals are)."""
+    """p99 target: the publish interval plus half a second (scaled in --quick)."""
     return run.interval_s + 0.5 * run.round_s / pc.REAL_ROUND_S
 
 
 def skipped(run: PushRun, age_s: float) -> int:
-    """Bodies left out of a publication whose cycle started after they had arrived (its
-    start: seen less the mean cycle and the probe's period), published by a later one."""
+    """Bodies that arrived before a cycle that published without them."""
     start = run.window.cycle_s + PUSH_PROBE_S
     bodies = (b for b in run.bodies if b["age_s"] == age_s and b["passed"])
     return sum(1 for b in bodies if b["passed"] - start > b["answered"])
 
 
 def late(run: PushRun, age_s: float) -> list[float]:
-    """The bodies that took over a second (scaled in --quick) more than the publish
-    interval: not published by the first cycle after their arrival."""
+    """Bodies that took over the publish interval plus a second (scaled in --quick)."""
     return [f for f in run.fresh(age_s) if f > run.interval_s + run.round_s / pc.REAL_ROUND_S]
 
 
-def _real(run: PushRun) -> str:
+def real(run: PushRun) -> str:
     """The interval as the configuration would say it (the --quick run scales it)."""
     scale = pc.REAL_ROUND_S / run.round_s
     shown = f"{run.interval_s:g} s"
     return shown if scale == 1 else f"{shown} (stands for {run.interval_s * scale:g} s)"
 
 
-def _window_cells(w: pc.Window) -> list[str]:
+def window_cells(w: pc.Window) -> list[str]:
     """Publishing cycles, lag, CPU per minute, probes' share, RSS: the services' table."""
-    rss = f"{_mb(w.rss_kib[0])} → {_mb(w.rss_kib[1])}"
-    cycles = f"{w.cycles}, {_s(w.cycle_s, 3)}"
-    return [
-        cycles,
-        _s(w.lag_mean_s, 3),
-        f"**{w.cpu_per_min:,.2f} s**",
-        f"{w.probes_share:.0%}",
-        rss,
-    ]
+    rss = f"{mb(w.rss_kib[0])} → {mb(w.rss_kib[1])}"
+    cycles = f"{w.cycles}, {fmt_s(w.cycle_s, 3)}"
+    cpu = f"**{w.cpu_per_min:,.2f} s**"
+    return [cycles, fmt_s(w.lag_mean_s, 3), cpu, f"{w.probes_share:.0%}", rss]
 
 
-def freshness_rows(push: list[PushRun], poll: PollRun | None) -> list[list[object]]:
+def freshness_rows(push: list[PushRun]) -> list[list[object]]:
     rows: list[list[object]] = []
     for run in push:
         for age in SAMPLE_AGES_S:
             fresh = run.fresh(age)
             ok = pct(fresh, 99) <= target_s(run) and not run.unseen
             rows.append([
-                f"{run.nodes:,}", f"push, publish interval {_real(run)}", f"{age:g} s",
-                _s(pct(fresh, 50)), _s(pct(fresh, 99)), _s(max(fresh, default=math.nan)),
+                f"{run.nodes:,}", f"push, publish interval {real(run)}", f"{age:g} s",
+                fmt_s(pct(fresh, 50)), fmt_s(pct(fresh, 99)), fmt_s(max(fresh, default=math.nan)),
                 f"{len(fresh)} ({skipped(run, age)}, {len(late(run, age))})",
-                _s(pct(run.fresh(age, from_send=True), 99)), f"≤ {target_s(run):g} s", met(ok),
+                fmt_s(pct(run.fresh(age, from_send=True), 99)), f"≤ {target_s(run):g} s", met(ok),
             ])  # fmt: skip
-    if poll is not None:
-        rows.append([
-            f"{poll.nodes:,}", f"polling Prometheus every {poll.poll_interval_s:g} s (reference)",
-            "from its timestamp", _s(pct(poll.fresh_s, 50)), _s(pct(poll.fresh_s, 99)),
-            _s(max(poll.fresh_s, default=math.nan)), f"{len(poll.fresh_s)} polls", "—", "—", "—",
-        ])  # fmt: skip
     return rows
 
 
-def service_rows(push: list[PushRun], poll: PollRun | None) -> list[list[object]]:
+def service_rows(push: list[PushRun]) -> list[list[object]]:
     rows: list[list[object]] = []
     for run in push:
         refused = sum(v for k, v in run.statuses.items() if k != "204")
         rows.append([
-            f"{run.nodes:,}", f"push, publish interval {_real(run)}",
+            f"{run.nodes:,}", f"push, publish interval {real(run)}",
             f"{pct(run.post_s, 50) * 1000:,.1f} ms",
-            f"{_s(run.cycle_every_s)}, +{run.cycle_phase_s:.2f} s", *_window_cells(run.window),
+            f"{fmt_s(run.cycle_every_s)}, +{run.cycle_phase_s:.2f} s", *window_cells(run.window),
             f"{refused} of {sum(run.statuses.values()):,}",
         ])  # fmt: skip
-    if poll is not None:
-        what = f"polling Prometheus every {poll.poll_interval_s:g} s (reference)"
-        cells = _window_cells(poll.window)
-        rows.append([f"{poll.nodes:,}", what, "—", "—", cells[0], "—", *cells[2:], "—"])
     return rows
-
-
-def cost_rows(push: list[PushRun], poll: PollRun | None) -> list[list[object]]:
-    """The largest size's push at the default publish interval (the middle one: 2 s, or
-    its quick stand-in) against polling."""
-    if not push or poll is None:
-        return [["not measured (a run was skipped or failed)", "", "", ""]]
-    size, intervals = max(r.nodes for r in push), sorted({r.interval_s for r in push})
-    run = next(
-        (r for r in push if r.nodes == size and r.interval_s == intervals[len(intervals) // 2]),
-        None,
-    )
-    if run is None:
-        return [["not measured (a run was skipped or failed)", "", "", ""]]
-    same = "" if run.nodes == poll.nodes else f" (push at {run.nodes:,} nodes)"
-    p, q = run.window, poll.window
-    return [[
-        f"{poll.nodes:,}{same}",
-        f"push every {run.round_s:g} s, publish interval {_real(run)}: {p.cpu_per_min:,.2f} "
-        f"CPU-s/min ({p.cycles} cycles of {_s(p.cycle_s, 3)})",
-        f"polling every {poll.poll_interval_s:g} s: {q.cpu_per_min:,.2f} CPU-s/min ({q.cycles} "
-        f"cycles of {_s(q.cycle_s, 3)}); Prometheus answering: {q.backend_cpu_per_min:,.2f} "
-        "CPU-s/min",
-        f"{p.cpu_per_min / q.cpu_per_min:.2f}×",
-    ]]  # fmt: skip

@@ -1,7 +1,5 @@
-"""How many remote-write samples a CPU-second ingests, against Prometheus's own receiver:
-the same pre-built bodies to both (``--web.enable-remote-write-receiver``), interleaved,
-each process's CPU from /proc less its idle rate; rule series (all read) and other
-node-exporter metrics (all discarded). Method: benchmarks/RESULTS.md."""
+"""How many remote-write samples a CPU-second ingests, against Prometheus's own receiver.
+Method: benchmarks/RESULTS.md."""
 
 from __future__ import annotations
 
@@ -72,7 +70,6 @@ async def ingest(
 ) -> tuple[list[IngestRun], dict[str, float]]:
     interval = args.intervals[len(args.intervals) // 2]
     settle = interval + (1.5 if not args.quick else 0.5)
-    progress("ingest: building the bodies")
     plans, runs = _plans(args)
     prom = start_prometheus(workdir / "prom-rw", extra_args=["--web.enable-remote-write-receiver"])
     service = pc.push_service(workdir / "push-ingest", interval, args.round_s, "push")
@@ -82,7 +79,7 @@ async def ingest(
         urls = {t: url + "/api/v1/write" for t, url in urls.items()}
         async with pc.gzip_session() as session:
             service.ready()
-            progress("ingest: warm-up (every series once) and idle CPU")
+            progress("ingest: warm-up, idle CPU, then the measured repetitions")
             for kind in plans:
                 for target in TARGETS:
                     await pc.send_paced(
@@ -110,10 +107,6 @@ async def ingest(
                         counts = run.statuses.setdefault(target, {})
                         for status, count in statuses.items():
                             counts[str(status)] = counts.get(str(status), 0) + count
-                        progress(
-                            f"ingest {rep + 1}/{args.reps} {kind} -> {target}: {run.samples:,} "
-                            f"samples, {raw:.2f} CPU-s ({dict(statuses)})"
-                        )
     finally:
         prom.stop()
         service.stopped_cleanly()

@@ -63,9 +63,6 @@ def test_quick_run_writes_a_table_with_numbers_in_every_row(tmp_path: Path) -> N
     rows = _table(out.read_text(encoding="utf-8"))
     by_kind = {row[0] for row in rows}
     assert by_kind == {"1", "2", "3", "4", "5", "6"}, rows
-    cycles = [r for r in rows if r[1].startswith("poll cycle")]
-    assert len(cycles) == 4, cycles  # 2 sizes × cold/steady
-    assert all(r[6] == "—" for r in cycles), cycles  # information: no target any more
 
     def starting(prefix: str) -> list[list[str]]:
         return [r for r in rows if r[1].startswith(prefix)]
