@@ -4,6 +4,7 @@
     python benchmarks/run.py                      # 100, 1,000 and 5,000 nodes
     python benchmarks/run.py --quick              # a tiny smoke run, not a measurement
     python benchmarks/run.py --sizes 1000 --repeat 3 --out /tmp/r.md
+    python benchmarks/run.py --scale              # 20,000 and 65,000 nodes (scale.py)
 
 Needs ``prometheus``, ``promtool``, ``wrk`` and ``nginx``. Writes the ``run`` block of
 ``--out`` and the raw figures beside it (``.json``). Method: benchmarks/RESULTS.md.
@@ -31,6 +32,7 @@ common.setup_paths()
 import bench_cycle  # noqa: E402
 import bench_process  # noqa: E402
 import bench_serving  # noqa: E402
+import scale  # noqa: E402
 
 from loadwatcher import allocator  # noqa: E402
 
@@ -298,6 +300,8 @@ def lines(results: Results) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
+    if "--scale" in argv:  # the scale rows, with scale.py's own options
+        return scale.main([a for a in argv if a != "--scale"])
     flags = [("keep", "keep the temporary work directory")]
     args = common.options(__doc__ or "", argv, DEFAULTS, "cycle,serving,memory,scoring", flags)
     args.sizes = common.numbers(args.sizes)

@@ -92,8 +92,8 @@ class Engine:
         )
         self._transitions = TransitionLog()
         self._idle_work: asyncio.Future[None] | None = None
-        # The first poll after a restore asks for the whole retention: the journal covers
-        # only the series it held (a node that joined while the service was down has none).
+        # The first poll after a restore asks for the whole retention: the journal holds
+        # only its own series (``restore.recover``).
         self.backfill_due = False
         # What the served snapshot was built from while it is the first look (``firstlook``).
         self.first_look: Summary | None = None
@@ -130,6 +130,8 @@ class Engine:
         if self.current is None and not self.store.keys:
             await firstlook.serve(self, now)
         backfill = self.backfill_due
+        if backfill:  # trimmed now, not in the first slice's merge: a copy beside every slice
+            await asyncio.to_thread(self.store.trim, self.keep_from(now))
         outcome, _ = await asyncio.gather(
             self.provider.fetch(now, None if backfill else self.store.newest()),
             self._fetch_corroborating(now),
@@ -178,12 +180,11 @@ class Engine:
         ingest.count(self.metrics, ingested)
         self.clock_skew = clocks.skew(added, self.clock_skew)
         self._judge_step(added, now)
-        if ingested.renumber is not None and self.persistence is not None:
-            self.persistence.forget(ingested.renumber)
         self.node_info.update(result.node_info)
         if ingested.renumber is not None:
-            # The facts of nodes forgotten with their series go too: under node churn they
-            # would otherwise grow without bound.
+            if self.persistence is not None:
+                self.persistence.forget(ingested.renumber)
+            # The facts of nodes forgotten with their series go too (node churn).
             held = {node for node, _ in self.store.keys}
             self.node_info = {n: info for n, info in self.node_info.items() if n in held}
         if result.known_nodes:
