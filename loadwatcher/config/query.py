@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from loadwatcher.config import parsers as parse
 from loadwatcher.config.settings import QuerySettings
-from loadwatcher.config.spec import Section, Spec
+from loadwatcher.config.spec import DEFAULT_MAX_NEW_SERIES, Section, Spec
 
 QUERY = Section(
     "query",
@@ -43,7 +43,8 @@ QUERY = Section(
         Spec(
             "query.max_series",
             parse.positive_int,
-            50_000,
+            # Every node's series of a resource at the largest clusters (provider.max_new_series).
+            DEFAULT_MAX_NEW_SERIES,
             "series one answer of query, query_range or series may hold; beyond, 422 execution",
         ),
         Spec(
