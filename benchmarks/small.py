@@ -18,7 +18,7 @@ from pathlib import Path
 
 import bench_common as common
 from bench_common import Run, cpu_s, http_get, machine, memory_kib, progress, table
-from bench_process import Service, import_cost
+from bench_process import Service, import_cost, task_cpu_ns
 
 # Kubelet's liveness and readiness probes every 10 s (a new connection each, as kubelet
 # makes them), the scheduler's gzip GET /watcher every 30 s.
@@ -83,17 +83,17 @@ def per_request(service: Service, path: str, headers: dict[str, str], burst_s: f
     """The CPU (ms) one request costs when a reader asks every EVERY_S: a burst between two
     polls, less what the same time costs idle (measured after the next poll)."""
     _after_poll(service)
-    cpu0, sent, end = cpu_s(service.pid), 0, time.monotonic() + burst_s
+    cpu0, sent, end = task_cpu_ns(service.pid), 0, time.monotonic() + burst_s
     while time.monotonic() < end:
         http_get(service.port, path, headers)
         sent += 1
         time.sleep(EVERY_S)
-    busy = cpu_s(service.pid) - cpu0
+    busy = task_cpu_ns(service.pid) - cpu0
     _after_poll(service)
-    cpu0 = cpu_s(service.pid)
+    cpu0 = task_cpu_ns(service.pid)
     time.sleep(burst_s)
-    idle = cpu_s(service.pid) - cpu0
-    return max(0.0, busy - idle) * 1000.0 / sent
+    idle = task_cpu_ns(service.pid) - cpu0
+    return max(0, busy - idle) / 1e6 / sent
 
 
 def measure(workdir: Path, nodes: int, minutes: float, burst_s: float) -> Small:

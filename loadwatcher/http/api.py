@@ -144,13 +144,12 @@ async def _serve(
     return _send(request, body)
 
 
-async def watcher_health(request: web.Request) -> web.Response:
+async def watcher_health(request: web.Request) -> web.StreamResponse:
     verdict = request.app[ENGINE_KEY].health()
-    return web.Response(
-        status=200 if verdict.healthy else 503,
-        body=orjson.dumps(verdict.body),
-        content_type="application/json",
-    )
+    status, body = 200 if verdict.healthy else 503, orjson.dumps(verdict.body)
+    if prepared.can_prepare(request):
+        return prepared.json_response(status, body, with_body=request.method != "HEAD")
+    return web.Response(status=status, body=body, content_type="application/json")
 
 
 async def watcher_forget(request: web.Request) -> web.Response:

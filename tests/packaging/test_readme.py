@@ -29,6 +29,8 @@ PROGRAMS = (
     "scripts/test",
     ".venv/bin/python benchmarks/run.py",
     ".venv/bin/python benchmarks/fastpaths.py",
+    ".venv/bin/python benchmarks/scale.py",
+    ".venv/bin/python benchmarks/small.py",
 )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import json
 import logging
 import re
 import ssl
@@ -416,3 +417,36 @@ async def test_when_aiohttp_changes_shape_every_response_is_aiohttp_own(
     warnings = [r for r in caplog.records if "not shaped as prepared responses" in r.message]
     assert len(warnings) == 1, caplog.records
     await engine.close()
+
+
+async def test_health_on_keep_alive_and_without_says_the_same(served) -> None:
+    """/watcher/health is made for each request: over keep-alive its bytes are written in one
+    call (``prepared.json_response``), otherwise by aiohttp; both carry the same status,
+    headers and body, a HEAD the headers only, and the 503 of an unhealthy service too."""
+    client, engine, _ = served
+    assert engine.current is not None
+    taken_at = engine.current.snapshot.taken_at
+    engine.clock = lambda: taken_at + 1
+    status = engine.provider_status
+    status.ok, status.last_attempt_at, status.last_success_at = True, taken_at, taken_at
+    for expected in (200, 503):
+        if expected == 503:
+            engine.current = None  # no snapshot: unhealthy
+        get = b"GET /watcher/health HTTP/1.1\r\nHost: x\r\n\r\n"
+        head = b"HEAD /watcher/health HTTP/1.1\r\nHost: x\r\n\r\n"
+        close = b"GET /watcher/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        kept = await raw_exchange(client, get + head)
+        first, rest = kept.split(b"\r\n\r\n", 1)
+        headers = dict(line.split(": ", 1) for line in first.decode().split("\r\n")[1:])
+        body, head_resp = (
+            rest[: int(headers["Content-Length"])],
+            rest[int(headers["Content-Length"]) :],
+        )
+        [(status, plain_headers, plain_body)] = split_responses(await raw_exchange(client, close))
+        assert first.startswith(f"HTTP/1.1 {expected} ".encode())
+        assert status.split()[1] == str(expected).encode()
+        assert headers["Content-Type"] == plain_headers["content-type"] == "application/json"
+        assert json.loads(body)["status"] == json.loads(plain_body)["status"]
+        assert head_resp.startswith(f"HTTP/1.1 {expected} ".encode())
+        assert head_resp.endswith(b"\r\n\r\n")  # headers, no body
+        assert f"Content-Length: {len(body)}".encode() in head_resp
