@@ -263,3 +263,55 @@ async def test_gpu_nodes_named_otherwise_than_cpu_nodes_are_a_note(prometheus_fa
         assert "prometheus.gpu_node_label" in text and "gpu-host-0" in text
     finally:
         await engine.close()
+
+
+async def test_queries_that_find_nothing_are_asked_each_minute_and_read_once_they_answer(
+    prometheus_factory, monkeypatch
+) -> None:
+    """A cluster without the DCGM exporter or kube-state-metrics: after the cold start a poll
+    asks for CPU and memory only; the GPU queries and the node list are asked again a
+    minute after they found nothing, and a GPU exporter started meanwhile is read then and
+    at every poll after."""
+    now = a_past_moment()
+    history = node_history(3, now + 300, span_s=1400.0)
+    times = [now + 30 + STEP_S * k for k in range(20)]  # the exporter starts 30 s later
+    gpus = [dcgm(node, 0, times, [40.0] * len(times)) for node in sorted(node_names(history))]
+    prom = prometheus_factory(openmetrics_text([*history, *gpus]))
+    engine = prometheus_engine(prom.url)
+    provider = engine.provider
+    asked: list[str] = []
+    real = provider._ask  # type: ignore[attr-defined]
+
+    async def recording(promql: str, at: str) -> object:
+        asked.append(promql)
+        return await real(promql, at)
+
+    monkeypatch.setattr(provider, "_ask", recording)
+
+    def polled() -> tuple[bool, bool, bool]:
+        """Whether the last poll asked for CPU, the GPU and the node list."""
+        return (
+            any(q.startswith("instance:node_cpu:ratio[") for q in asked),
+            any("DCGM_FI_DEV_GPU_UTIL" in q for q in asked),
+            any("kube_node_info" in q for q in asked),
+        )
+
+    try:
+        for k, expected in [
+            (0, (True, True, True)),  # the cold start asks everything
+            (1, (True, False, False)),
+            (2, (True, False, False)),
+            (3, (True, False, False)),
+            (4, (True, True, True)),  # a minute later: asked again, the GPU found
+            (5, (True, True, False)),  # found: every poll; the node list waits again
+        ]:
+            asked.clear()
+            await engine.cycle(now + 15 * k)
+            assert polled() == expected, (k, asked)
+            assert engine.provider_status.ok, engine.provider_status.error
+        assert engine.current is not None
+        doc = formats.document(engine.current.snapshot, "15m", Format.DEFAULT)
+        types = {m["type"] for n in doc["data"]["NodeMetricsMap"].values() for m in n["metrics"]}
+        assert {"CPU", "Memory", "GPU", "GPUMax"} <= types
+    finally:
+        await engine.close()

@@ -31,7 +31,8 @@ from loadwatcher.model import (
 )
 from loadwatcher.providers.base import collect
 from loadwatcher.providers.http import HttpBackend, HttpSettings, RawAnswer
-from loadwatcher.providers.prometheus import rules
+from loadwatcher.providers.prometheus import nodelist, rules
+from loadwatcher.providers.prometheus.absent import Absent
 from loadwatcher.providers.prometheus.answer import ParseMemo, Vector, parse_answer, parse_vector
 from loadwatcher.providers.prometheus.capacity import CapacityCache
 from loadwatcher.providers.prometheus.nodelist import NodeList
@@ -52,11 +53,9 @@ NODE_EXPORTER_QUERIES = {
 _SELECTOR = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[^{}]*\})?$")
 
 # Parsing an answer holds about ten times its text at its peak (the bulk parser's index
-# arrays): a cold start's 17 minutes at 5,000 nodes are 12 MB of text per resource and
-# 140 MB at the peak. Fetched in slices this long and parsed one at a time, a cold start
-# holds one slice's parsing and a few slices' text; each slice costs Prometheus one more
-# query (its labels). 256 s would shorten the cold cycle at 5,000 nodes from 1.09 to 0.90 s
-# and raise the peak from 127 to 133 MB.
+# arrays). Fetched in slices this long and parsed one at a time, a backfill holds one
+# slice's parsing and a few slices' text; each slice costs Prometheus one more query.
+# The trade between longer slices, time and memory: benchmarks/RESULTS.md.
 BACKFILL_SLICE_S = 128
 INSTALL_RULES = "Install the kube-prometheus node recording rules (deploy/ has a PrometheusRule)"
 # Why a query is empty is asked of Prometheus again after this long (a few small queries).
@@ -123,6 +122,8 @@ class PrometheusProvider:
         self._explained: dict[str, tuple[float, rules.Why]] = {}
         self._capacity = CapacityCache(options.node_label, options.strip_port)
         self._nodes = NodeList(options.node_label, options.strip_port)
+        self._absent: Absent[_Outcome] = Absent()
+        self._unlisted: Absent[None] = Absent()  # no node list (no kube-state-metrics)
 
     def _seconds(self, now: float, since: float | None) -> int:
         o = self.options
@@ -183,6 +184,16 @@ class PrometheusProvider:
             query=promql,
             compressed=False,
         )
+
+    async def _fetch_optional(self, q: Query, spans: list[Span], now: float) -> _Outcome:
+        """``_fetch_one``; an optional query that found nothing is asked again only when it
+        is due (``Absent``), its empty outcome standing meanwhile; a backfill asks all."""
+        if len(spans) == 1 and not self._absent.due(q.expr, now):
+            return self._absent.last(q.expr)
+        outcome = await self._fetch_one(q, spans, now)
+        if q.optional:
+            self._absent.answered(q.expr, now, outcome, any(b.keys for b in outcome.batches))
+        return outcome
 
     async def _fetch_one(self, q: Query, spans: list[Span], now: float) -> _Outcome:
         batches = await self._query(q, q.expr, spans)
@@ -338,18 +349,23 @@ class PrometheusProvider:
         # nodes is larger than provider.max_answer_bytes (refused at every poll, for ever).
         spans = slices(now, seconds)
         ask = self._ask_at(now)
-        side = [asyncio.ensure_future(self._nodes.refresh(ask))]
+        side: list[asyncio.Future[None]] = []
+        listing = self._nodes.listed is not None or self._unlisted.due(nodelist.QUERY, now)
+        if listing:
+            side.append(asyncio.ensure_future(self._nodes.refresh(ask)))
         if self._capacity.due(now):
             side.append(asyncio.ensure_future(self._capacity.refresh(now, ask)))
         try:
             outcomes = await asyncio.gather(
-                *(self._fetch_one(q, spans, now) for q in self.options.queries),
+                *(self._fetch_optional(q, spans, now) for q in self.options.queries),
                 return_exceptions=True,
             )
             result = collect(
                 [o if isinstance(o, BaseException) else (o.batches, o.reason) for o in outcomes]
             )
             await asyncio.gather(*side)
+            if listing and self._nodes.failure is None:
+                self._unlisted.answered(nodelist.QUERY, now, None, self._nodes.listed is not None)
         finally:
             if not all(task.done() for task in side):
                 for task in side:
