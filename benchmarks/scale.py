@@ -24,7 +24,7 @@ import orjson
 from bench_common import Run, http_get, machine, progress, table
 from bench_process import PollSeen, Service, ServiceError
 
-# The targets at 65,000 nodes (seconds, MiB, ratio).
+# The targets at 65,000 nodes (seconds, MiB, ratio): RESULTS.md.
 TARGET_POLL_S = 5.0
 TARGET_STEADY_MIB = 600.0
 TARGET_PEAK_RATIO = 1.5

@@ -315,3 +315,22 @@ async def test_queries_that_find_nothing_are_asked_each_minute_and_read_once_the
         assert {"CPU", "Memory", "GPU", "GPUMax"} <= types
     finally:
         await engine.close()
+
+
+async def test_an_outage_while_the_gpu_queries_wait_is_an_outage(prometheus_factory) -> None:
+    """The GPU queries that found nothing are not asked for a minute; their kept empty
+    outcome is no answer: when Prometheus is down, every query asked fails and the provider
+    is down (503), not partly answered."""
+    now = a_past_moment()
+    prom = prometheus_factory(openmetrics_text(node_history(2, now, span_s=1100.0)))
+    engine = prometheus_engine(prom.url, LOADWATCHER_PROVIDER_TIMEOUT_S="1")
+    try:
+        await engine.cycle(now)
+        assert engine.provider_status.ok
+        prom.stop()
+        await engine.cycle(now + 15)
+        assert not engine.provider_status.ok
+        assert engine.provider_status.error_kind == "connect"
+        assert not engine.health(now + 15).healthy
+    finally:
+        await engine.close()

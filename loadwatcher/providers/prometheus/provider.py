@@ -185,16 +185,6 @@ class PrometheusProvider:
             compressed=False,
         )
 
-    async def _fetch_optional(self, q: Query, spans: list[Span], now: float) -> _Outcome:
-        """``_fetch_one``; an optional query that found nothing is asked again only when it
-        is due (``Absent``), its empty outcome standing meanwhile; a backfill asks all."""
-        if len(spans) == 1 and not self._absent.due(q.expr, now):
-            return self._absent.last(q.expr)
-        outcome = await self._fetch_one(q, spans, now)
-        if q.optional:
-            self._absent.answered(q.expr, now, outcome, any(b.keys for b in outcome.batches))
-        return outcome
-
     async def _fetch_one(self, q: Query, spans: list[Span], now: float) -> _Outcome:
         batches = await self._query(q, q.expr, spans)
         if any(b.keys for b in batches):
@@ -344,9 +334,7 @@ class PrometheusProvider:
 
     async def fetch(self, now: float, since: float | None) -> FetchResult:
         seconds = self._seconds(now, since)
-        # Sliced whenever longer than a slice, not only at a cold start: after an outage
-        # the gap since the newest sample held is as long, and one answer of it at 65,000
-        # nodes is larger than provider.max_answer_bytes (refused at every poll, for ever).
+        # In slices after an outage too: one answer of a long gap can pass max_answer_bytes.
         spans = slices(now, seconds)
         ask = self._ask_at(now)
         side: list[asyncio.Future[None]] = []
@@ -355,13 +343,17 @@ class PrometheusProvider:
             side.append(asyncio.ensure_future(self._nodes.refresh(ask)))
         if self._capacity.due(now):
             side.append(asyncio.ensure_future(self._capacity.refresh(now, ask)))
+        queries = self.options.queries
+        # An optional query not due keeps its empty outcome, which is no answer: when every
+        # query asked fails, the fetch fails (an outage is not a partial failure).
+        held = [len(spans) == 1 and not self._absent.due(q.expr, now) for q in queries]
+        todo = [q for q, h in zip(queries, held, strict=True) if not h]
         try:
-            outcomes = await asyncio.gather(
-                *(self._fetch_optional(q, spans, now) for q in self.options.queries),
-                return_exceptions=True,
+            asked = await asyncio.gather(
+                *(self._fetch_one(q, spans, now) for q in todo), return_exceptions=True
             )
             result = collect(
-                [o if isinstance(o, BaseException) else (o.batches, o.reason) for o in outcomes]
+                [o if isinstance(o, BaseException) else (o.batches, o.reason) for o in asked]
             )
             await asyncio.gather(*side)
             if listing and self._nodes.failure is None:
@@ -371,7 +363,14 @@ class PrometheusProvider:
                 for task in side:
                     task.cancel()
                 await asyncio.gather(*side, return_exceptions=True)
-        done = [(q, o) for q, o in zip(self.options.queries, outcomes, strict=True)]
+        for q, o in zip(todo, asked, strict=True):
+            if q.optional and isinstance(o, _Outcome):
+                self._absent.answered(q.expr, now, o, any(b.keys for b in o.batches))
+        them = iter(asked)
+        done = [
+            (q, self._absent.last(q.expr) if h else next(them))
+            for q, h in zip(queries, held, strict=True)
+        ]
         notes = [o.note for _, o in done if isinstance(o, _Outcome) and o.note]
         answered = [(q, o.batches if isinstance(o, _Outcome) else None) for q, o in done]
         notes += unmatched_labels(answered, self.options.node_label)
