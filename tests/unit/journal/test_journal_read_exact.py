@@ -167,3 +167,33 @@ def _by_key(
 ) -> dict[tuple[tuple[str, Resource], float], float]:
     restored = _restored(cols)
     return {(keys[s], t): v for (s, t), v in restored.items()}
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    st.lists(st.lists(sample, min_size=1, max_size=12), min_size=1, max_size=6),
+    st.lists(st.integers(0, 7), min_size=1, max_size=6, unique=True),
+    st.randoms(),
+)
+def test_file_ids_with_gaps_map_to_store_ids_and_unlisted_series_are_left_out(
+    cycles: list[list[tuple[int, float, float]]], listed: list[int], rnd: random.Random
+) -> None:
+    """The journal lists series ``listed`` (file ids with gaps, in any order: series it
+    forgot are gone from its list); a sample of a file id it does not list is left out, the
+    others come back under their store id (the place of their file id in the list)."""
+    rows, written = [], []
+    for cycle in cycles:
+        sid, ts, val = (np.asarray(c) for c in zip(*cycle, strict=True))
+        rows.append(codec.encode(sid.astype(np.int64), ts.astype(float), val)[3:])
+        written.extend(cycle)
+    reader = codec.Reader(0.0)
+    at = 0
+    while at < len(rows):
+        step = rnd.randint(1, 3)
+        reader.add(rows[at : at + step])
+        at += step
+    got = _restored(reader.samples(np.asarray(listed, np.int64)))
+    expected = {
+        (listed.index(fid), ts): v for (fid, ts), v in _expected(written).items() if fid in listed
+    }
+    assert got == expected
