@@ -204,7 +204,7 @@ class Reader:
         del sid
         if not bool(keep.all()):
             cols = [c[keep] for c in cols]
-        return _in_order(cols)
+        return last_of_each(cols)
 
 
 def _joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
@@ -226,19 +226,14 @@ def samples_since(
     return reader.samples(ids), reader.refused
 
 
-def last_of_each(sid: np.ndarray, ts: np.ndarray, val: np.ndarray) -> Columns:
-    """(series, time) order with one sample per (series, time): the last written wins.
+def last_of_each(cols: list[np.ndarray]) -> Columns:
+    """(series, time) order with one sample per (series, time), the last written winning,
+    of ``cols`` (series, time, value), which it owns: each column is given up as soon as its
+    sorted copy is made, so that at most one more column than the sort's order is held.
 
     Duplicates only arise when a journal opened late received samples an earlier run had
     already written (the store of this run did not know them).
     """
-    return _in_order([sid, ts, val])
-
-
-def _in_order(cols: list[np.ndarray]) -> Columns:
-    """``last_of_each`` of ``cols`` (series, time, value), which it owns: each column is
-    given up as soon as its sorted copy is made, so that at most one more column than the
-    sort's order is held at once."""
     sid, ts = cols[0], cols[1]
     # Chunks are written cycle after cycle, so a series' samples are normally in time order
     # in the file already: a stable sort by series alone (cheap on runs of sorted chunks)

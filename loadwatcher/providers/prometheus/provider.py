@@ -343,14 +343,14 @@ class PrometheusProvider:
             side.append(asyncio.ensure_future(self._nodes.refresh(ask)))
         if self._capacity.due(now):
             side.append(asyncio.ensure_future(self._capacity.refresh(now, ask)))
-        queries = self.options.queries
         # An optional query not due keeps its empty outcome, which is no answer: when every
         # query asked fails, the fetch fails (an outage is not a partial failure).
-        held = [len(spans) == 1 and not self._absent.due(q.expr, now) for q in queries]
-        todo = [q for q, h in zip(queries, held, strict=True) if not h]
+        asking = [
+            q for q in self.options.queries if len(spans) > 1 or self._absent.due(q.expr, now)
+        ]
         try:
             asked = await asyncio.gather(
-                *(self._fetch_one(q, spans, now) for q in todo), return_exceptions=True
+                *(self._fetch_one(q, spans, now) for q in asking), return_exceptions=True
             )
             result = collect(
                 [o if isinstance(o, BaseException) else (o.batches, o.reason) for o in asked]
@@ -363,14 +363,11 @@ class PrometheusProvider:
                 for task in side:
                     task.cancel()
                 await asyncio.gather(*side, return_exceptions=True)
-        for q, o in zip(todo, asked, strict=True):
+        answers = dict(zip(asking, asked, strict=True))
+        for q, o in answers.items():
             if q.optional and isinstance(o, _Outcome):
                 self._absent.answered(q.expr, now, o, any(b.keys for b in o.batches))
-        them = iter(asked)
-        done = [
-            (q, self._absent.last(q.expr) if h else next(them))
-            for q, h in zip(queries, held, strict=True)
-        ]
+        done = [(q, answers.get(q) or self._absent.last(q.expr)) for q in self.options.queries]
         notes = [o.note for _, o in done if isinstance(o, _Outcome) and o.note]
         answered = [(q, o.batches if isinstance(o, _Outcome) else None) for q, o in done]
         notes += unmatched_labels(answered, self.options.node_label)
