@@ -64,6 +64,29 @@ def merge_trimmed(old: Columns, new: Columns, keep_from: float, n_series: int) -
     return Columns(moved(old.sid, new.sid), moved(old.ts, new.ts), moved(old.val, new.val))
 
 
+def interleaved(parts: Sequence[Columns], n_series: int) -> Columns:
+    """``parts`` merged, each series' samples of ``parts[0]`` first, then those of
+    ``parts[1]``...: what merging them in turn gives when each part's samples are newer than
+    their series' samples in the parts before it (a cold start's slices, oldest first), in
+    one pass and one new copy instead of a copy of everything merged so far per part."""
+    parts = [p for p in parts if len(p)]
+    if len(parts) <= 1:
+        return parts[0] if parts else Columns(np.empty(0, np.int32), np.empty(0), np.empty(0))
+    counts = np.stack([np.bincount(p.sid, minlength=n_series) for p in parts])
+    total = counts.sum(axis=0)
+    # Where each part's first sample of each series goes: after the series' samples of
+    # the parts before it.
+    start = np.cumsum(total) - total + np.cumsum(counts, axis=0) - counts
+    sid = np.repeat(np.arange(n_series, dtype=parts[0].sid.dtype), total)
+    ts, val = np.empty(sid.shape[0]), np.empty(sid.shape[0])
+    for part, at_series, count in zip(parts, start, counts, strict=True):
+        # A part is in series order: its k-th sample is its series' (k - before)-th.
+        before = np.cumsum(count) - count
+        at = (at_series - before)[part.sid] + np.arange(len(part))
+        ts[at], val[at] = part.ts, part.val
+    return Columns(sid, ts, val)
+
+
 # Beyond this many runs of equal shift (ragged arrivals, a backfill) the generic merge is
 # cheaper than a slice copy per run.
 _MAX_RUNS = 64
@@ -81,7 +104,10 @@ def masked(cols: Columns, keep: BoolArray) -> Columns:
 
 
 def joined(parts: Sequence[Columns]) -> Columns:
-    """``parts`` one after another."""
+    """``parts`` one after another (the part itself when there is one: columns are never
+    changed in place, and a cold start's would be a copy of the whole store)."""
+    if len(parts) == 1:
+        return parts[0]
     return Columns(
         np.concatenate([p.sid for p in parts]),
         np.concatenate([p.ts for p in parts]),

@@ -60,6 +60,23 @@ class Held(NamedTuple):
     ends: Columns
 
 
+@dataclass(frozen=True)
+class _Screened:
+    """One add's samples screened, before they are merged into the columns: the result
+    (``result.added`` the samples to merge), the staleness markers given (series ids and
+    times), whether some samples go before their series' newest, and whether there is
+    anything to merge at all (an add of no samples only trims)."""
+
+    result: AddResult
+    marks: tuple[IntArray, FloatArray] | None = None
+    inserted: bool = False
+    merging: bool = False
+
+    @property
+    def added(self) -> Columns:
+        return self.result.added
+
+
 # Series ids: 32 bits number two billion series and halve the column beside the 64-bit
 # times and values (2.6 MB of 16 at 5,000 nodes).
 SID = np.int32
@@ -170,17 +187,38 @@ class SampleStore:
         latest: float | None = None,
         clock: float | None = None,
     ) -> AddResult:
-        """``add`` of several batches (a cold start's slices), merged one at a time and
-        taken out of ``batches`` as they are: sorting them all at once would hold about ten
-        copies of the whole retention. Into an empty store, what was added is what it holds
-        then (the same arrays)."""
+        """``add`` of several batches (a cold start's slices, oldest first), each screened
+        and taken out of ``batches`` in turn (sorting them all at once would hold about ten
+        copies of the whole retention), then merged into the store in one pass
+        (``merge.interleaved``) rather than one copy of the store per batch. Into an empty
+        store, what was added is what it holds then (the same arrays)."""
         was_empty = len(self._cols) == 0
         results: list[AddResult] = []
+        waiting: list[Columns] = []
         while batches:
-            result = self._add([batches.pop(0)], keep_from, latest, clock)
+            screened = self._screen([batches.pop(0)], keep_from, latest, clock)
+            if screened.marks is not None:
+                # Markers are judged against the samples held: those waiting go in first.
+                self._take_waiting(waiting, keep_from)
+                result = self._take(screened, keep_from)
+            else:
+                waiting.append(screened.added)
+                result = screened.result
             results.append(replace(result, added=_empty_columns()) if was_empty else result)
+        self._take_waiting(waiting, keep_from)
         merged = combined(results) if results else AddResult(_empty_columns(), {})
         return replace(merged, added=self._cols) if was_empty else merged
+
+    def _take_waiting(self, waiting: list[Columns], keep_from: float | None) -> None:
+        """Merge ``waiting`` (screened batches, oldest first) in, and empty it."""
+        if not waiting:
+            return
+        held = self._cols if keep_from is None else merge.since(self._cols, keep_from)
+        n = len(self._keys)
+        for added in waiting:
+            self._ends = ends.yielding(self._ends, added, n)
+        self._cols = merge.interleaved([held, *waiting], n)
+        waiting.clear()
 
     def _add(
         self,
@@ -190,6 +228,18 @@ class SampleStore:
         clock: float | None,
         keep_older: bool = False,
     ) -> AddResult:
+        return self._take(self._screen(parts, keep_from, latest, clock, keep_older), keep_from)
+
+    def _screen(
+        self,
+        parts: Iterable[Series | SeriesBatch],
+        keep_from: float | None,
+        latest: float | None,
+        clock: float | None,
+        keep_older: bool = False,
+    ) -> _Screened:
+        """What of ``parts`` the store takes, numbered and in (series, time) order, its
+        series' newest times updated; the columns themselves are left to ``_take``."""
         batch = SeriesBatch.joined(parts)
         if keep_from is not None:
             self._ends = merge.since(self._ends, keep_from)
@@ -199,9 +249,7 @@ class SampleStore:
             keys = [k for k, n in zip(keys, lengths.tolist(), strict=True) if n]
             lengths = lengths[lengths > 0]
         if not keys:
-            if keep_from is not None:
-                self._cols = merge.since(self._cols, keep_from)
-            return AddResult(_empty_columns(), dropped)
+            return _Screened(AddResult(_empty_columns(), dropped))
         sid = np.repeat(self._ids(keys), lengths)
         ts, val = batch.ts, batch.values
 
@@ -249,7 +297,17 @@ class SampleStore:
         added = Columns(sid[good], ts[good], val[good])
         if len(added):
             np.maximum.at(self._newest, added.sid, added.ts)
-        if inserted:
+        result = AddResult(added, dropped, offered, ahead_s, future_nodes, repeated)
+        return _Screened(result, marks, inserted, merging=True)
+
+    def _take(self, screened: _Screened, keep_from: float | None) -> AddResult:
+        """Merge what ``_screen`` took into the columns, and its staleness markers."""
+        result, added = screened.result, screened.added
+        if not screened.merging:
+            if keep_from is not None:
+                self._cols = merge.since(self._cols, keep_from)
+            return result
+        if screened.inserted:
             # Some samples go before their series' newest: the general merge.
             self._cols = bytime.merge(self._cols, added, len(self._keys))
             if keep_from is not None:
@@ -260,12 +318,19 @@ class SampleStore:
             self._cols = merge.merge_trimmed(self._cols, added, keep_from, len(self._keys))
         n = len(self._keys)
         self._ends = ends.yielding(self._ends, added, n)
-        if marks is not None:  # after the samples: a time with a sample keeps it
-            self._ends, ended, twice = ends.taken(
-                self._ends, self._cols, self._newest, n, *marks, keep_from, dropped
-            )
-            added, repeated = merge.joined([added, ended]), repeated + twice
-        return AddResult(added, dropped, offered, ahead_s, future_nodes, repeated)
+        if screened.marks is None:
+            return result
+        # After the samples: a time with a sample keeps it.
+        dropped = dict(result.dropped)
+        self._ends, ended, twice = ends.taken(
+            self._ends, self._cols, self._newest, n, *screened.marks, keep_from, dropped
+        )
+        return replace(
+            result,
+            added=merge.joined([added, ended]),
+            dropped=dropped,
+            repeated=result.repeated + twice,
+        )
 
     def load(self, keys: list[tuple[str, Resource]], cols: Columns) -> None:
         """Replace the content with samples recovered from the journal: ``keys`` unique (the

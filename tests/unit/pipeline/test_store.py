@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from loadwatcher.model import Columns, Resource, Series, SeriesBatch
 from loadwatcher.pipeline import merge as merge_module
-from loadwatcher.pipeline.store import SampleStore
+from loadwatcher.pipeline import plausible
+from loadwatcher.pipeline.store import SampleStore, combined
 from tests.support.fuzzing import examples
 
 
@@ -162,3 +163,74 @@ def test_slices_added_in_turn_equal_one_add_of_them_all(slices, keep_from) -> No
     _same(got.added, in_turn.columns)
     kept = expected.added.ts >= keep_from
     assert len(got.added) == int(kept.sum())
+
+
+# Slices that overlap (a sample at a boundary comes twice, or an older one after a newer),
+# some staleness markers among the values, and a store that may hold samples already (the
+# backfill after a restore).
+overlapping_slices = st.lists(
+    st.dictionaries(
+        st.integers(0, 6),
+        st.lists(
+            st.tuples(
+                st.integers(0, 6).map(lambda t: 25 * t),  # coarse: slices meet often
+                st.sampled_from([5.0, 50.0, -1.0, np.nan, plausible.STALE]),
+            ),
+            max_size=30,
+        ),
+        max_size=30,
+    ),
+    min_size=2,
+    max_size=5,
+)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(overlapping_slices, st.booleans(), st.integers(0, 250), st.booleans())
+# A marker, then a later slice's sample at the marker's time: the sample replaces it.
+@example([{0: [(0, 5.0)]}, {0: [(100, plausible.STALE)]}, {0: [(0, 7.0)]}], False, 0, False)
+def test_slices_added_in_turn_equal_adding_each_in_turn(slices, held, keep_from, trimming) -> None:
+    """One merge of every slice gives what merging them one by one gave: the same columns,
+    markers, newest times and accounting."""
+
+    def batches() -> list[SeriesBatch]:
+        return [
+            SeriesBatch.of(
+                [
+                    Series(
+                        f"n{node}",
+                        Resource.CPU,
+                        np.array([100.0 * k + t for t, _ in points]),
+                        np.array([v for _, v in points]),
+                    )
+                    for node, points in sorted(part.items())
+                ]
+            )
+            for k, part in enumerate(slices)
+        ]
+
+    cut = keep_from if trimming else None
+    one_by_one, in_turn = SampleStore(), SampleStore()
+    for store in (one_by_one, in_turn):
+        if held:
+            store.add([_series(f"n{i}", [0.0, 30.0, 60.0], i) for i in range(0, 6, 2)])
+    expected = combined([one_by_one.add([b], keep_from=cut, latest=450.0) for b in batches()])
+    got = in_turn.add_in_turn(batches(), keep_from=cut, latest=450.0)
+    _same(in_turn.columns, one_by_one.columns)
+    _same(in_turn.ends, one_by_one.ends)
+    assert in_turn.keys == one_by_one.keys
+    np.testing.assert_array_equal(in_turn.newest_by_series(), one_by_one.newest_by_series())
+    assert got.dropped == expected.dropped
+    assert (got.offered, got.repeated) == (expected.offered, expected.repeated)
+    if held:
+        _same(got.added, expected.added)
+
+
+def test_interleaved_slices_keep_each_series_in_time_order() -> None:
+    old = Columns(np.array([0, 0, 2], np.int32), np.array([1.0, 2.0, 1.0]), np.zeros(3))
+    a = Columns(np.array([0, 1, 1], np.int32), np.array([3.0, 1.0, 2.0]), np.ones(3))
+    b = Columns(np.array([1, 2], np.int32), np.array([5.0, 9.0]), np.full(2, 2.0))
+    got = merge_module.interleaved([old, a, b], 3)
+    np.testing.assert_array_equal(got.sid, [0, 0, 0, 1, 1, 1, 2, 2])
+    np.testing.assert_array_equal(got.ts, [1.0, 2.0, 3.0, 1.0, 2.0, 5.0, 1.0, 9.0])
+    np.testing.assert_array_equal(got.val, [0, 0, 1, 1, 1, 2, 0, 2])
