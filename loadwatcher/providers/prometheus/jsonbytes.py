@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import pairwise, repeat
 from typing import Final
 
 import numpy as np
@@ -54,6 +54,8 @@ _CONTROL = bytes(range(32)) + b"\\"
 _COMMA, _MINUS, _DOT, _QUOTE, _OPEN, _CLOSE = b',-."[]'
 _ZERO = ord("0")
 _MAX_MANTISSA = 10**18
+# Text parsed at once (a few thousand series' arrays): the parse's peak is about ten times it.
+GROUP_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -86,10 +88,33 @@ def split_samples(body: bytes) -> SplitAnswer | None:
     heads, seps, rests = zip(*map(bytes.rpartition, pieces[1:], repeat(b"]]")), strict=True)
     if b"" in seps:
         return None
-    samples = _samples(b"],".join(heads), np.fromiter(map(len, heads), np.int64, len(heads)))
-    if samples is None:
-        return None
-    return SplitAnswer(_PLACEHOLDER_TEXT.join([pieces[0], *rests]), samples)
+    without_samples = _PLACEHOLDER_TEXT.join([pieces[0], *rests])
+    del pieces, rests
+    # Parsed a group of arrays at a time: the parse's index arrays are several times the
+    # text they index, so one group's stay small whatever the answer's size.
+    groups: list[Samples] = []
+    sizes = np.fromiter(map(len, heads), np.int64, len(heads))
+    ends = np.searchsorted(
+        np.cumsum(sizes), np.arange(1, 1 + sizes.sum() // GROUP_BYTES) * GROUP_BYTES
+    )
+    for a, b in pairwise([0, *np.unique(ends + 1).tolist(), len(heads)]):
+        if a >= b:
+            continue
+        group = _samples(b"],".join(heads[a:b]), sizes[a:b])
+        if group is None:
+            return None
+        groups.append(group)
+    return SplitAnswer(without_samples, _joined(groups))
+
+
+def _joined(groups: list[Samples]) -> Samples:
+    if len(groups) == 1:
+        return groups[0]
+    return Samples(
+        np.concatenate([g.lengths for g in groups]),
+        np.concatenate([g.ts for g in groups]),
+        np.concatenate([g.values for g in groups]),
+    )
 
 
 def _samples(text: bytes, sizes: IntArray) -> Samples | None:

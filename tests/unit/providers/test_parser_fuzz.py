@@ -13,6 +13,7 @@ import json
 import math
 from fractions import Fraction
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import orjson
@@ -286,6 +287,25 @@ def test_prometheus_text_reads_the_same_both_ways(body: bytes) -> None:
     assert_same(got, reference(body))
     if not isinstance(got, str):
         assert_sane(got)
+
+
+@settings(max_examples=examples(500), deadline=None)
+@given(answers(), st.integers(1, 120))
+def test_answers_parsed_a_group_of_series_at_a_time_read_the_same(body: bytes, group: int) -> None:
+    """However the series' arrays are grouped for parsing (a few bytes to many arrays a
+    group), the same series, samples and errors as the JSON path."""
+    whole = jsonbytes.split_samples(body)
+    with mock.patch.object(jsonbytes, "GROUP_BYTES", group):
+        got = fast(body)
+        split = jsonbytes.split_samples(body)
+    assert_same(got, reference(body))
+    # The same split, not a fallback that hides a wrong one.
+    assert (split is None) == (whole is None)
+    if split is not None and whole is not None:
+        assert split.without_samples == whole.without_samples
+        assert split.samples.lengths.tolist() == whole.samples.lengths.tolist()
+        assert bits(split.samples.ts) == bits(whole.samples.ts)
+        assert bits(split.samples.values) == bits(whole.samples.values)
 
 
 def answer(values: list[list[str]], times: list[list[str]] | None = None) -> bytes:
