@@ -52,11 +52,11 @@ NODE_EXPORTER_QUERIES = {
 
 _SELECTOR = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[^{}]*\})?$")
 
-# Parsing an answer holds about ten times its text at its peak (the bulk parser's index
-# arrays). Fetched in slices this long and parsed one at a time, a backfill holds one
-# slice's parsing and a few slices' text; each slice costs Prometheus one more query.
-# The trade between longer slices, time and memory: benchmarks/RESULTS.md.
-BACKFILL_SLICE_S = 128
+# Each slice costs Prometheus one more pass over every series, and a longer one holds more
+# text at once (parsing adds about twice the text: ``jsonbytes`` parses a group of arrays
+# at a time). Fetched in slices this long and parsed one at a time, a backfill holds one
+# slice's parsing and a few slices' text. The trade: benchmarks/RESULTS.md.
+BACKFILL_SLICE_S = 256
 INSTALL_RULES = "Install the kube-prometheus node recording rules (deploy/ has a PrometheusRule)"
 # Why a query is empty is asked of Prometheus again after this long (a few small queries).
 EXPLAIN_EVERY_S = 300.0
