@@ -73,8 +73,13 @@ def foreign(path: str) -> str | None:
 
 def _unmarked(path: str) -> str | None:
     """An SQLite file without our mark: ours only with the journal's schema row."""
-    # immutable: no lock, no -shm or -wal created beside someone else's file.
-    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro&immutable=1"
+    # immutable: no lock, no -shm or -wal created beside someone else's file. Not when a
+    # WAL lies beside it: its writer may not have copied the first page (with our mark)
+    # into the file yet, nor finished copying others, and only a read through the WAL,
+    # under SQLite's locks, sees the file as it is (a journal another process just made).
+    wal = os.path.exists(path + "-wal")
+    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+    uri += "" if wal else "&immutable=1"
     try:
         conn = sqlite3.connect(uri, uri=True)
     except sqlite3.Error as exc:

@@ -123,12 +123,9 @@ async def test_a_journal_of_ours_without_its_meta_row_is_moved_aside(tmp_path: P
     await assert_moved_aside_and_replaced(db, "no schema version")
 
 
-async def test_another_apps_tables_still_in_its_wal_are_caught_by_the_second_check(
-    tmp_path: Path,
-) -> None:
-    """The header's check reads the main file only (it must not create a -shm beside someone
-    else's file); tables still in a WAL look like an empty file there, so the open's own
-    check must refuse them too, and leave the file as it was."""
+async def test_another_apps_tables_still_in_its_wal_are_refused(tmp_path: Path) -> None:
+    """Tables still in a WAL are not in the main file: the check reads through the WAL
+    (under SQLite's locks, as its writer does) and refuses them, leaving the file as it was."""
     db = tmp_path / "lw.db"
     writer = sqlite3.connect(db, isolation_level=None)
     try:
@@ -137,12 +134,32 @@ async def test_another_apps_tables_still_in_its_wal_are_caught_by_the_second_che
         writer.execute("CREATE TABLE notes (body TEXT)")
         main_before = db.read_bytes()
         journal = Journal(str(db))
-        with pytest.raises(NotAJournal, match="not a loadwatcher journal"):
+        with pytest.raises(NotAJournal, match="another application"):
             await journal.open()
         assert not journal.is_open
         assert db.read_bytes() == main_before
         assert not list(tmp_path.glob("*.corrupt-*")) and not list(tmp_path.glob("*.lock"))
         assert writer.execute("SELECT count(*) FROM notes").fetchone() == (0,)
+    finally:
+        writer.close()
+
+
+def test_a_journal_whose_mark_is_still_in_its_wal_is_ours(tmp_path: Path) -> None:
+    """A journal another process has just made (a rolling update's old instance) may hold
+    its first page, with the mark, in its WAL while the main file already has other tables:
+    it is ours, so the opener meets the lock ("in use by another process"), not a refusal."""
+    db = tmp_path / "lw.db"
+    writer = sqlite3.connect(db, isolation_level=None)
+    try:
+        writer.execute("PRAGMA journal_mode=WAL")
+        writer.execute("PRAGMA wal_autocheckpoint=0")
+        writer.execute("CREATE TABLE chunks (id INTEGER PRIMARY KEY)")
+        writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the main file has chunks only
+        writer.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        writer.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+        writer.execute("INSERT INTO meta VALUES ('schema', '1')")
+        assert identity.application_id(db.read_bytes()[:100]) == 0  # not copied over yet
+        assert identity.foreign(str(db)) is None
     finally:
         writer.close()
 
