@@ -139,6 +139,9 @@ class SeriesBatch:
     lengths: IntArray
     ts: FloatArray
     values: FloatArray
+    held_back: int = 0
+    """Samples left out as they were parsed, the store holding their series up to a later
+    time (``pipeline.newer``): the store counts them offered and repeated, as if given."""
 
     @staticmethod
     def of(series: Sequence[Series]) -> SeriesBatch:
@@ -164,6 +167,7 @@ class SeriesBatch:
             np.concatenate([b.lengths for b in batches]),
             np.concatenate([b.ts for b in batches]),
             np.concatenate([b.values for b in batches]),
+            sum(b.held_back for b in batches),
         )
 
     @staticmethod

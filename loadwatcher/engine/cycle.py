@@ -129,11 +129,11 @@ class Engine:
         await self.wait_idle_work()
         if self.current is None and not self.store.keys:
             await firstlook.serve(self, now)
-        backfill = self.backfill_due
+        backfill, latest = self.backfill_due, now + self.options.future_tolerance_s
         if backfill:  # trimmed now, not in the first slice's merge: a copy beside every slice
             await asyncio.to_thread(self.store.trim, self.keep_from(now))
         outcome, _ = await asyncio.gather(
-            self.provider.fetch(now, None if backfill else self.store.newest()),
+            ingest.fetch(self.provider, self.store, now, backfill, latest),
             self._fetch_corroborating(now),
             return_exceptions=True,
         )
@@ -170,7 +170,7 @@ class Engine:
             result,
             now,
             keep_from=self.keep_from(now),
-            latest=now + self.options.future_tolerance_s,
+            latest=latest,
             # While the wall clock has stepped, held samples are not taken back.
             take_back=self.clock_step is None,
             sources=self.sources,

@@ -1,7 +1,8 @@
-"""A poll's samples into the store: the guards before (a cap on new series) and the merge.
+"""A poll's samples into the store: the fetch, the guards before (a cap on new series) and
+the merge.
 
 The merge refuses samples ahead of the clock (and takes back held ones the clock stepping
-back put ahead of it), merges a whole retention's slices one at a time, keeps pushed
+back put ahead of it), merges a whole retention's slices in one pass, keeps pushed
 samples by time on their own (every one of them is counted), sets apart the poller's
 samples of nodes pushes own (mixed mode), and forgets series idle for the whole retention
 once there are enough of them. Synchronous: the engine runs it in a worker thread.
@@ -10,16 +11,20 @@ once there are enough of them. Synchronous: the engine runs it in a worker threa
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
+from loadwatcher import allocator
 from loadwatcher.engine.pushed import SourceSplit
 from loadwatcher.engine.selfmetrics import SelfMetrics
 from loadwatcher.errors import ProviderError, ProviderErrorKind
 from loadwatcher.model import FetchResult, IntArray
 from loadwatcher.pipeline import merge
 from loadwatcher.pipeline.store import AddResult, SampleStore, combined
+from loadwatcher.providers.base import Backfilling, Provider
 from loadwatcher.words import plural
 
 log = logging.getLogger("loadwatcher.engine")
@@ -74,6 +79,17 @@ def cap_new_series(
     )
 
 
+def fetch(
+    provider: Provider, store: SampleStore, now: float, backfill: bool, latest: float
+) -> Awaitable[FetchResult]:
+    """The poll's fetch: what is new since the store's newest sample, or the whole
+    retention for a backfill; after a restore, without what the store holds already, as
+    each slice is parsed (``Backfilling``), rather than a second copy of the retention."""
+    if backfill and store.keys and isinstance(provider, Backfilling):
+        return provider.backfill(now, functools.partial(store.newest_of, latest=latest))
+    return provider.fetch(now, None if backfill else store.newest())
+
+
 def ingest(
     store: SampleStore,
     result: FetchResult,
@@ -101,7 +117,9 @@ def ingest(
     parts: list[AddResult] = []
     if len(polled) > 1 and not series and (backfill or not store.keys):
         # A whole retention's slices (a cold start, or the backfill after a restore):
-        # each goes (out of the result too) once merged.
+        # each goes (out of the result too) once merged. The heap their parsing left goes
+        # back first: the merge is about to make a copy of the store beside it.
+        allocator.trim()
         if pushed:
             del result.batches[:split]
         parts.append(store.add_in_turn(polled, keep_from=keep_from, latest=latest, clock=now))

@@ -122,7 +122,8 @@ class SourceSplit:
                 continue
             row = np.repeat(np.arange(len(b.keys)), b.lengths)
             n = len(b.keys)
-            kept_batches.append(_part(b, ~taken, row, n))
+            # Samples left out as parsed stay with the poll's: the main store held them.
+            kept_batches.append(_part(b, ~taken, row, n, b.held_back))
             apart.append(_part(b, taken, row, n))
         diverted = sum(
             int(p.ts.shape[0]) for p in apart
@@ -151,6 +152,8 @@ class SourceSplit:
         return {node: r for node, r in found.items() if node in self._first}
 
 
-def _part(b: SeriesBatch, mask: BoolArray, row: IntArray, n: int) -> SeriesBatch:
+def _part(
+    b: SeriesBatch, mask: BoolArray, row: IntArray, n: int, held_back: int = 0
+) -> SeriesBatch:
     lengths = np.bincount(row[mask], minlength=n).astype(np.int64)
-    return SeriesBatch(list(b.keys), lengths, b.ts[mask], b.values[mask])
+    return SeriesBatch(list(b.keys), lengths, b.ts[mask], b.values[mask], held_back)

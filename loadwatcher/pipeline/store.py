@@ -148,6 +148,18 @@ class SampleStore:
                     ids[i] = self._id_of(keys[i])
         return np.array(ids, SID)
 
+    def newest_of(self, keys: list[tuple[str, Resource]], latest: float) -> FloatArray:
+        """Up to when the store holds each of ``keys``' series, as far as a sample at or
+        before that time is refused as a repeat: its newest time, -inf for a series it does
+        not hold or holds past ``latest`` (samples there are taken back before an add)."""
+        if not self._keys:
+            return np.full(len(keys), -np.inf)
+        index = self._index
+        ids = np.fromiter((index.get(k, -1) for k in keys), np.int64, len(keys))
+        newest = self._newest[ids]
+        newest[(ids < 0) | (newest > latest)] = -np.inf
+        return newest
+
     def newest(self) -> float | None:
         """Timestamp of the newest sample held, or None when empty."""
         if len(self._cols) == 0:
@@ -248,15 +260,16 @@ class SampleStore:
         if not lengths.all():  # an empty series gets no id
             keys = [k for k, n in zip(keys, lengths.tolist(), strict=True) if n]
             lengths = lengths[lengths > 0]
+        held_back = batch.held_back  # left out as parsed: offered, and not newer
         if not keys:
-            return _Screened(AddResult(_empty_columns(), dropped))
+            return _Screened(AddResult(_empty_columns(), dropped, held_back, repeated=held_back))
         sid = np.repeat(self._ids(keys), lengths)
         ts, val = batch.ts, batch.values
 
         bad_ts = ~np.isfinite(ts)
         dropped["non_finite"] += int(bad_ts.sum())
         sid, ts, val = sid[~bad_ts], ts[~bad_ts], val[~bad_ts]
-        offered = int(ts.shape[0])
+        offered = int(ts.shape[0]) + held_back
         ahead_s, future_nodes = 0.0, frozenset[str]()
         if latest is not None:
             future = ts > latest
@@ -284,7 +297,7 @@ class SampleStore:
             new_time = ~bytime.holds(self._cols, len(self._keys), sid[rows], ts[rows])
             fresh[rows[new_time]] = True
             inserted = bool(new_time.any())
-        repeated = int(fresh.shape[0] - np.count_nonzero(fresh))
+        repeated = int(fresh.shape[0] - np.count_nonzero(fresh)) + held_back
         sid, ts, val = sid[fresh], ts[fresh], val[fresh]
         if keep_from is not None:
             # Older than the retention: counted here, not taken (the merge would drop it).

@@ -7,6 +7,7 @@ from typing import Protocol, runtime_checkable
 
 from loadwatcher.errors import ProviderError
 from loadwatcher.model import FetchResult, Series, SeriesBatch, Summary
+from loadwatcher.pipeline.newer import NewestOf
 
 
 class Provider(Protocol):
@@ -28,6 +29,17 @@ class Provider(Protocol):
     async def fetch(self, now: float, since: float | None) -> FetchResult: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Backfilling(Protocol):
+    """A provider that reads a whole retention in slices and can leave out, as each is
+    parsed, the samples the store would refuse as repeats: ``backfill(now, newest_of)`` is
+    ``fetch(now, None)`` without the samples at or before ``newest_of(keys)[i]`` for series
+    ``keys[i]`` (counted in ``SeriesBatch.held_back``). After a restore the store holds
+    the journal's samples, and the slices would otherwise hold the retention a second time."""
+
+    async def backfill(self, now: float, newest_of: NewestOf) -> FetchResult: ...
 
 
 @runtime_checkable

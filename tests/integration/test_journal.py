@@ -8,10 +8,12 @@ import sqlite3
 import stat
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from loadwatcher.journal.identity import APPLICATION_ID
+from loadwatcher.providers.prometheus import provider
 from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
 from tests.support.backends import free_port, openmetrics_text
@@ -55,6 +57,59 @@ async def test_restart_serves_the_saved_snapshot_then_resumes(prometheus_factory
         await second.close()
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def _samples(engine: Any) -> set[tuple[str, str, float, float]]:
+    cols, keys = engine.store.columns, engine.store.keys
+    return {
+        (*map(str, keys[sid]), t, v)
+        for sid, t, v in zip(cols.sid.tolist(), cols.ts.tolist(), cols.val.tolist(), strict=True)
+    }
+
+
+async def test_a_restart_backfill_holds_only_what_the_journal_lacks(
+    prometheus_factory, tmp_path, monkeypatch
+) -> None:
+    """After a restore the first poll asks for the whole retention (a node may have joined
+    meanwhile) but keeps of each slice, as it is parsed, only what the journal lacks: the
+    samples since the journal's newest and the whole window of the joined node. The store
+    ends with exactly the samples a cold start reads."""
+    db = tmp_path / "lw.db"
+    now = time.time()
+    history = node_history(6, math.floor(now) - 1)
+    prom = prometheus_factory(openmetrics_text(history))
+    first = prometheus_engine(prom.url, LOADWATCHER_JOURNAL_PATH=str(db))
+    await first.recover()
+    await first.cycle(now - 120)
+    joined = sorted(node_names(history))[0]
+    assert await first.forget(joined)  # the journal lacks it: as if it joined since
+    await first.close()
+
+    kept: list[tuple[int, int]] = []
+    real_newer = provider.newer  # type: ignore[attr-defined]
+
+    def counting(batch: Any, newest: Any) -> Any:
+        out = real_newer(batch, newest)
+        kept.append((out.ts.shape[0], out.held_back))
+        return out
+
+    monkeypatch.setattr(provider, "newer", counting)
+    second = prometheus_engine(prom.url, LOADWATCHER_JOURNAL_PATH=str(db))
+    cold = prometheus_engine(prom.url)
+    try:
+        await second.recover()
+        await second.cycle(now)
+        await cold.recover()
+        await cold.cycle(now)
+        assert _samples(second) == _samples(cold)
+        taken, held_back = sum(k for k, _ in kept), sum(h for _, h in kept)
+        of_joined = sum(1 for key in _samples(cold) if key[0] == joined)
+        # The joined node's window, and for the others about two minutes (plus the overlap).
+        assert of_joined <= taken <= of_joined + 5 * 2 * (180 // 15 + 2)
+        assert held_back > taken
+    finally:
+        await second.close()
+        await cold.close()
 
 
 async def test_retention_trims_old_samples_from_the_file(prometheus_factory, tmp_path) -> None:

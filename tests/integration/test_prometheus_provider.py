@@ -13,8 +13,8 @@ import pytest
 
 from loadwatcher.errors import ProviderError, ProviderErrorKind
 from loadwatcher.model import Resource, node_name
-from loadwatcher.providers.prometheus import provider
-from loadwatcher.providers.prometheus.provider import range_query
+from loadwatcher.providers.prometheus import provider, spans
+from loadwatcher.providers.prometheus.spans import range_query
 from tests.support.backends import free_port, openmetrics_text, vm_import, vm_import_lines
 from tests.support.service import prometheus_engine
 from tests.support.synth import CPU_METRIC, MEM_METRIC, node_history, node_names
@@ -134,17 +134,17 @@ async def test_incremental_fetch_adds_only_new_samples(victoria_metrics_factory)
 
 def test_cold_start_slices_cover_the_retention_exactly() -> None:
     now = 1_700_000_000.25
-    spans = provider.slices(now, 1020)
-    assert len(spans) == math.ceil(1020 / provider.BACKFILL_SLICE_S)
-    assert all(s <= provider.BACKFILL_SLICE_S for s, _ in spans)
+    got = spans.slices(now, 1020)
+    assert len(got) == math.ceil(1020 / spans.BACKFILL_SLICE_S)
+    assert all(s <= spans.BACKFILL_SLICE_S for s, _ in got)
     # Oldest first, each ending where the next begins, the newest at now, the oldest
     # reaching back exactly the retention.
-    assert [at for _, at in spans] == sorted(at for _, at in spans)
-    assert spans[-1][1] == now
-    assert all(a + s2 == b for (_, a), (s2, b) in itertools.pairwise(spans))
-    assert spans[0][1] - spans[0][0] == now - 1020
-    assert provider.slices(now, 60) == [(60, now)]
-    odd = provider.slices(now, 257, slice_s=128)
+    assert [at for _, at in got] == sorted(at for _, at in got)
+    assert got[-1][1] == now
+    assert all(a + s2 == b for (_, a), (s2, b) in itertools.pairwise(got))
+    assert got[0][1] - got[0][0] == now - 1020
+    assert spans.slices(now, 60) == [(60, now)]
+    odd = spans.slices(now, 257, slice_s=128)
     assert sum(s for s, _ in odd) == 257 and odd[-1][1] == now and len(odd) == 3
 
 
@@ -198,7 +198,7 @@ async def test_answers_are_parsed_off_the_event_loop(prometheus_factory, monkeyp
     finally:
         await engine.close()
     # A cold start: each resource's retention in slices, every one parsed in a worker.
-    assert len(threads) == 2 * len(provider.slices(now, 1020))
+    assert len(threads) == 2 * len(spans.slices(now, 1020))
     assert all(t is not threading.main_thread() for t in threads)
 
 
@@ -296,14 +296,14 @@ async def test_a_cold_start_parses_one_slice_at_a_time(prometheus_factory, monke
     try:
         result = await prom_provider.fetch(now, None)
         assert not result.errors
-        spans = provider.slices(now, 1020)
+        cold = spans.slices(now, 1020)
         for metric in (CPU_METRIC, MEM_METRIC):
-            assert asked[metric] == [f"{metric}[{s}s]" for s, _ in spans]
+            assert asked[metric] == [f"{metric}[{s}s]" for s, _ in cold]
             assert most_asking[metric] == 1
             assert most_held[metric] == 2
-            assert answered_ahead[metric] >= len(spans) // 2
+            assert answered_ahead[metric] >= len(cold) // 2
         assert most_parsing == 1
-        assert len(result.batches) == 2 * len(spans)
+        assert len(result.batches) == 2 * len(cold)
         assert {k for b in result.batches for k in b.keys} == {
             (node, r) for node in node_names(history) for r in (Resource.CPU, Resource.MEMORY)
         }
@@ -339,7 +339,7 @@ async def test_a_poll_after_a_long_gap_asks_in_slices_and_loses_nothing(
         asked.clear()
         await engine.cycle(now)
         gap = [q for q in asked if q.startswith(CPU_METRIC + "[")]
-        assert len(gap) == math.ceil((700 + 60) / provider.BACKFILL_SLICE_S), gap
+        assert len(gap) == math.ceil((700 + 60) / spans.BACKFILL_SLICE_S), gap
         cols, keys = engine.store.columns, engine.store.keys
         for name, labels, samples in history:
             resource = Resource.CPU if name == CPU_METRIC else Resource.MEMORY

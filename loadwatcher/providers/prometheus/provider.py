@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +28,7 @@ from loadwatcher.model import (
     SeriesBatch,
     Summary,
 )
+from loadwatcher.pipeline.newer import NewestOf, newer
 from loadwatcher.providers.base import collect
 from loadwatcher.providers.http import HttpBackend, HttpSettings, RawAnswer
 from loadwatcher.providers.prometheus import nodelist, rules
@@ -38,6 +38,7 @@ from loadwatcher.providers.prometheus.capacity import CapacityCache
 from loadwatcher.providers.prometheus.nodelist import NodeList
 from loadwatcher.providers.prometheus.resourcequery import Query as Query
 from loadwatcher.providers.prometheus.resourcequery import unmatched_labels
+from loadwatcher.providers.prometheus.spans import SELECTOR, Span, range_query, slices
 
 DEFAULT_QUERIES = {
     Resource.CPU: "instance:node_cpu:ratio",
@@ -50,13 +51,6 @@ NODE_EXPORTER_QUERIES = {
     Resource.MEMORY: "1 - node_memory_MemAvailable_bytes / node_memory_MemTotal_bytes",
 }
 
-_SELECTOR = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[^{}]*\})?$")
-
-# Each slice costs Prometheus one more pass over every series, and a longer one holds more
-# text at once (parsing adds about twice the text: ``jsonbytes`` parses a group of arrays
-# at a time). Fetched in slices this long and parsed one at a time, a backfill holds one
-# slice's parsing and a few slices' text. The trade: benchmarks/RESULTS.md.
-BACKFILL_SLICE_S = 256
 INSTALL_RULES = "Install the kube-prometheus node recording rules (deploy/ has a PrometheusRule)"
 # Why a query is empty is asked of Prometheus again after this long (a few small queries).
 EXPLAIN_EVERY_S = 300.0
@@ -71,28 +65,6 @@ class PrometheusOptions:
     overlap_s: float = 60.0
     retention_s: float = 1020.0
     fallback_node_exporter: bool = False
-
-
-Span = tuple[int, float]
-"""One range query: its range in seconds and its evaluation time."""
-
-
-def slices(now: float, seconds: int, slice_s: int = BACKFILL_SLICE_S) -> list[Span]:
-    """Ranges covering ``[now - seconds, now]``, oldest first, each at most ``slice_s`` long
-    and the oldest starting exactly at ``now - seconds``."""
-    count = max(1, math.ceil(seconds / slice_s))
-    size = math.ceil(seconds / count)
-    spans: list[Span] = [(seconds - (count - 1) * size, now - (count - 1) * size)]
-    spans += [(size, now - k * size) for k in range(count - 2, -1, -1)]
-    return spans
-
-
-def range_query(expr: str, seconds: int, step_s: float) -> str:
-    """``expr[Δs]`` for a selector, ``(expr)[Δs:step]`` for anything else."""
-    expr = expr.strip()
-    if _SELECTOR.match(expr):
-        return f"{expr}[{seconds}s]"
-    return f"({expr})[{seconds}s:{max(1, round(step_s))}s]"
 
 
 @dataclass(frozen=True)
@@ -133,7 +105,9 @@ class PrometheusProvider:
             span = min(o.retention_s, max(now - since, 0.0) + o.overlap_s)
         return max(1, math.ceil(span))
 
-    async def _query(self, q: Query, expr: str, spans: list[Span]) -> list[SeriesBatch]:
+    async def _query(
+        self, q: Query, expr: str, spans: list[Span], newest_of: NewestOf | None = None
+    ) -> list[SeriesBatch]:
         """The samples of each of ``spans``, kept apart (the store merges a cold start's
         slices one at a time: ``SampleStore.add_in_turn``). The next span is asked for while
         one is parsed: Prometheus answers while this process parses."""
@@ -149,7 +123,7 @@ class PrometheusProvider:
                 answer = await pending
                 if k + 1 < len(promqls):
                     pending = ask(k + 1)
-                batches.append(await self._parse(q, answer, promql))
+                batches.append(await self._parse(q, answer, promql, newest_of))
         finally:
             if not pending.done():
                 pending.cancel()
@@ -157,19 +131,24 @@ class PrometheusProvider:
                 pending.exception()  # seen: the error that ended the loop is the one raised
         return batches
 
-    async def _parse(self, q: Query, answer: RawAnswer, promql: str) -> SeriesBatch:
+    async def _parse(
+        self, q: Query, answer: RawAnswer, promql: str, newest_of: NewestOf | None = None
+    ) -> SeriesBatch:
+        memo = self._memo_of(q)
+
+        def parse() -> SeriesBatch:
+            batch, _ = parse_answer(answer.body, q.resource, q.scale, memo, promql)
+            return batch if newest_of is None else newer(batch, newest_of(batch.keys))
+
         try:
             # In a worker thread: a cold start's answer of a large cluster is long to parse,
             # and the event loop keeps answering requests meanwhile. One at a time: the
-            # parser's peak is about ten times the answer's text, and two side by side would
+            # parser's peak is about twice the answer's text, and two side by side would
             # add theirs (the CPU is the same either way).
             async with self._parsing:
-                batch, _ = await asyncio.to_thread(
-                    parse_answer, answer.body, q.resource, q.scale, self._memo_of(q), promql
-                )
+                return await asyncio.to_thread(parse)
         except orjson.JSONDecodeError as exc:
             raise answer.not_json(promql) from exc
-        return batch
 
     def _memo_of(self, q: Query) -> ParseMemo:
         return self._memos.get(q.node_label or "", self._memo)
@@ -185,8 +164,10 @@ class PrometheusProvider:
             compressed=False,
         )
 
-    async def _fetch_one(self, q: Query, spans: list[Span], now: float) -> _Outcome:
-        batches = await self._query(q, q.expr, spans)
+    async def _fetch_one(
+        self, q: Query, spans: list[Span], now: float, newest_of: NewestOf | None
+    ) -> _Outcome:
+        batches = await self._query(q, q.expr, spans, newest_of)
         if any(b.keys for b in batches):
             return _Outcome(batches)
         if q.optional:
@@ -211,7 +192,7 @@ class PrometheusProvider:
                 "exists, or set prometheus.fallback_node_exporter=true",
             )
         raw = NODE_EXPORTER_QUERIES[q.resource].format(label=self.options.node_label)
-        batches = await self._query(q, raw, spans)
+        batches = await self._query(q, raw, spans, newest_of)
         if not any(b.keys for b in batches):
             return _Outcome(
                 batches,
@@ -249,7 +230,7 @@ class PrometheusProvider:
         """
         # The scored resources only: the others come with the raw samples a moment later.
         queries = tuple(q for q in self.options.queries if not q.optional)
-        if not all(_SELECTOR.match(q.expr.strip()) for q in queries):
+        if not all(SELECTOR.match(q.expr.strip()) for q in queries):
             return None
         end = math.floor(now)
         window = LONGEST_WINDOW_S
@@ -333,6 +314,14 @@ class PrometheusProvider:
             raise answer.not_json(promql) from exc
 
     async def fetch(self, now: float, since: float | None) -> FetchResult:
+        return await self._fetch(now, since)
+
+    async def backfill(self, now: float, newest_of: NewestOf) -> FetchResult:
+        return await self._fetch(now, None, newest_of)
+
+    async def _fetch(
+        self, now: float, since: float | None, newest_of: NewestOf | None = None
+    ) -> FetchResult:
         seconds = self._seconds(now, since)
         # In slices after an outage too: one answer of a long gap can pass max_answer_bytes.
         spans = slices(now, seconds)
@@ -350,7 +339,8 @@ class PrometheusProvider:
         ]
         try:
             asked = await asyncio.gather(
-                *(self._fetch_one(q, spans, now) for q in asking), return_exceptions=True
+                *(self._fetch_one(q, spans, now, newest_of) for q in asking),
+                return_exceptions=True,
             )
             result = collect(
                 [o if isinstance(o, BaseException) else (o.batches, o.reason) for o in asked]

@@ -19,12 +19,8 @@ from loadwatcher.providers.base import collect
 from loadwatcher.providers.http import HttpBackend, HttpSettings
 from loadwatcher.providers.prometheus import jsonbytes
 from loadwatcher.providers.prometheus.answer import ParseMemo, parse_answer, parse_matrix
-from loadwatcher.providers.prometheus.provider import (
-    PrometheusOptions,
-    PrometheusProvider,
-    Query,
-    slices,
-)
+from loadwatcher.providers.prometheus.provider import PrometheusOptions, PrometheusProvider, Query
+from loadwatcher.providers.prometheus.spans import slices
 
 HEAD = b'{"status":"success","data":{"resultType":"matrix","result":['
 TAIL = b"]}}"
