@@ -13,6 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from loadwatcher import allocator
 from loadwatcher.engine import freshness, published
 from loadwatcher.errors import JournalError
 from loadwatcher.journal.sqlite import Journal
@@ -63,6 +64,10 @@ async def restore(
     keep_from = clock() - retention_s
     stored = await journal.load_samples(load_from(saved, keep_from, retention_s), until)
     await asyncio.to_thread(store.load, stored.keys, stored.samples)
+    # The read's rows and sort left heap the first poll would otherwise pile onto (a restart's
+    # backfill comes next): give it back now, not after that poll.
+    if len(store.columns):
+        await asyncio.to_thread(allocator.trim)
     if isinstance(saved, SnapshotWithoutWindows):
         await serve_and_say(await asyncio.to_thread(saved.build, store.columns, list(store.keys)))
         store.trim(keep_from)

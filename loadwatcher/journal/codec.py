@@ -244,7 +244,8 @@ def last_of_each(cols: list[np.ndarray]) -> Columns:
     order = np.argsort(sid, kind="stable")
     sid_o, ts_o = sid[order], ts[order]
     same = sid_o[1:] == sid_o[:-1]
-    if not bool(np.all(ts_o[1:][same] >= ts_o[:-1][same])):
+    # Flags, not the times where ``same`` holds: those would be two more time columns.
+    if not bool(np.all((ts_o[1:] >= ts_o[:-1]) | ~same)):
         del sid_o, ts_o, same
         order = np.lexsort((ts, sid))  # stable: equal keys keep file order
         sid_o, ts_o = sid[order], ts[order]

@@ -363,6 +363,31 @@ async def test_freed_memory_is_given_back_after_the_cycle_off_the_event_loop(
     await e.close()
 
 
+async def test_the_heap_a_journal_read_left_is_given_back_before_the_first_poll(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restore's rows and sort leave heap the first poll's backfill would pile onto: it is
+    given back once the samples are held, in a worker thread, before any poll."""
+    first = engine(tmp_path / "lw.db", ["a"])
+    await first.recover()
+    await first.cycle(T0)
+    await first.close()
+    calls: list[tuple[bool, int]] = []  # (on the event loop's thread, samples held)
+    loop_thread = threading.get_ident()
+    second = engine(tmp_path / "lw.db", ["a"], clock=lambda: T0 + 15)
+
+    def trim() -> bool:
+        calls.append((threading.get_ident() == loop_thread, len(second.store.columns)))
+        return True
+
+    monkeypatch.setattr(allocator, "trim", trim)
+    try:
+        await second.recover()
+        assert len(calls) == 1 and not calls[0][0] and calls[0][1] > 0
+    finally:
+        await second.close()
+
+
 async def _served_then_stopped(db: Path, cycles: int, clean: bool) -> dict[str, Any]:
     """Run ``cycles`` cycles from T0 every 15 s, then stop cleanly or as a crash would (the
     journal's connection just goes); the default document they left served."""

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from itertools import pairwise, repeat
+from itertools import pairwise
 from typing import Final
 
 import numpy as np
@@ -79,17 +79,26 @@ class SplitAnswer:
 def split_samples(body: bytes) -> SplitAnswer | None:
     """The answer without its samples and every array's samples, or None to decode ``body``
     fully. What is left is valid JSON exactly when ``body`` is.
+
+    The pieces are views of ``body``, not copies: only a group's arrays at a time, and what
+    is left without them, are copied.
     """
-    pieces = body.split(_KEY)
-    if len(pieces) == 1:  # no series, or a layout this does not know: nothing to save
+    found = _keys(body)
+    if not found:  # no series, or a layout this does not know: nothing to save
         return None
-    # Each piece after the first starts with an array's samples, which end at its last "]]"
-    # (a label cannot hold "]]" in a layout that passes the checks below).
-    heads, seps, rests = zip(*map(bytes.rpartition, pieces[1:], repeat(b"]]")), strict=True)
-    if b"" in seps:
-        return None
-    without_samples = _PLACEHOLDER_TEXT.join([pieces[0], *rests])
-    del pieces, rests
+    view = memoryview(body)
+    heads: list[memoryview] = []
+    rests: list[memoryview] = [view[: found[0] - len(_KEY)]]
+    for start, end in zip(found, [*[k - len(_KEY) for k in found[1:]], len(body)], strict=True):
+        # An array's samples end at the last "]]" before the next array (a label cannot
+        # hold "]]" in a layout that passes the checks below).
+        close = body.rfind(b"]]", start, end)
+        if close < 0:
+            return None
+        heads.append(view[start:close])
+        rests.append(view[close + 2 : end])
+    without_samples = _PLACEHOLDER_TEXT.join(rests)
+    del rests
     # Parsed a group of arrays at a time: the parse's index arrays are several times the
     # text they index, so one group's stay small whatever the answer's size.
     groups: list[Samples] = []
@@ -105,6 +114,17 @@ def split_samples(body: bytes) -> SplitAnswer | None:
             return None
         groups.append(group)
     return SplitAnswer(without_samples, _joined(groups))
+
+
+def _keys(body: bytes) -> list[int]:
+    """Where each array's text starts, just after its ``"values":[`` (as ``split`` finds
+    them: left to right, not overlapping)."""
+    found: list[int] = []
+    at = body.find(_KEY)
+    while at >= 0:
+        found.append(at + len(_KEY))
+        at = body.find(_KEY, at + len(_KEY))
+    return found
 
 
 def _joined(groups: list[Samples]) -> Samples:
