@@ -113,6 +113,24 @@ def test_new_series_and_emptied_series() -> None:
     assert store.keys == [("a", Resource.CPU), ("b", Resource.CPU), ("c", Resource.CPU)]
 
 
+def _slice_batches(slices: list[dict[int, list[tuple[int, float]]]]) -> list[SeriesBatch]:
+    """Slice ``k``'s points ``(t, value)`` of node ``n{node}`` at times ``100 k + t``."""
+    return [
+        SeriesBatch.of(
+            [
+                Series(
+                    f"n{node}",
+                    Resource.CPU,
+                    np.array([100.0 * k + t for t, _ in points]),
+                    np.array([v for _, v in points], np.float64),
+                )
+                for node, points in sorted(part.items())
+            ]
+        )
+        for k, part in enumerate(slices)
+    ]
+
+
 # Slices of a cold start: for some nodes, the timestamps (whole seconds within the slice's
 # 100 s, any order, with repeats) and values (some out of range, some NaN) of each slice;
 # slices come oldest first, as a backend's answers to consecutive ranges do.
@@ -131,20 +149,7 @@ cold_slices = st.lists(
 @given(cold_slices, st.integers(0, 200))
 def test_slices_added_in_turn_equal_one_add_of_them_all(slices, keep_from) -> None:
     def batches() -> list[SeriesBatch]:
-        return [
-            SeriesBatch.of(
-                [
-                    Series(
-                        f"n{node}",
-                        Resource.CPU,
-                        np.array([100 * k + t for t, _ in points], np.float64),
-                        np.array([v for _, v in points], np.float64),
-                    )
-                    for node, points in sorted(part.items())
-                ]
-            )
-            for k, part in enumerate(slices)
-        ]
+        return _slice_batches(slices)
 
     at_once, in_turn = SampleStore(), SampleStore()
     expected = at_once.add(batches(), keep_from=keep_from, latest=500.0)
@@ -194,20 +199,7 @@ def test_slices_added_in_turn_equal_adding_each_in_turn(slices, held, keep_from,
     markers, newest times and accounting."""
 
     def batches() -> list[SeriesBatch]:
-        return [
-            SeriesBatch.of(
-                [
-                    Series(
-                        f"n{node}",
-                        Resource.CPU,
-                        np.array([100.0 * k + t for t, _ in points]),
-                        np.array([v for _, v in points]),
-                    )
-                    for node, points in sorted(part.items())
-                ]
-            )
-            for k, part in enumerate(slices)
-        ]
+        return _slice_batches(slices)
 
     cut = keep_from if trimming else None
     one_by_one, in_turn = SampleStore(), SampleStore()
