@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from loadwatcher.pipeline.store import AddResult
+from loadwatcher.pipeline.added import AddResult
 from loadwatcher.words import plural
 
 log = logging.getLogger("loadwatcher.engine")

@@ -37,9 +37,10 @@ from loadwatcher.errors import ProviderError
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import Columns, Resource, Summary
 from loadwatcher.pipeline import analysis, health, members, snapshot
+from loadwatcher.pipeline.added import AddResult
 from loadwatcher.pipeline.analysis import Quality
 from loadwatcher.pipeline.snapshot import RollupSnapshot
-from loadwatcher.pipeline.store import AddResult, SampleStore
+from loadwatcher.pipeline.store import SampleStore
 from loadwatcher.providers.base import Provider
 
 log = logging.getLogger("loadwatcher.engine")
@@ -231,9 +232,8 @@ class Engine:
         return self.cadence.next_delay(elapsed)
 
     def _judge_step(self, added: AddResult, now: float) -> None:
-        """A step is understood when a backend with a clock of its own sent samples that
-        are fresh by the stepped clock (a provider stamping with this very clock proves
-        nothing)."""
+        """A step is understood when a backend with a clock of its own sent samples fresh
+        by the stepped clock (one stamping with this very clock proves nothing)."""
         watch = self.clock_watch
         if watch is None or self.clock_step is None:
             return

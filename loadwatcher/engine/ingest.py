@@ -23,7 +23,8 @@ from loadwatcher.engine.selfmetrics import SelfMetrics
 from loadwatcher.errors import ProviderError, ProviderErrorKind
 from loadwatcher.model import FetchResult, IntArray
 from loadwatcher.pipeline import merge
-from loadwatcher.pipeline.store import AddResult, SampleStore, combined
+from loadwatcher.pipeline.added import AddResult, combined
+from loadwatcher.pipeline.store import SampleStore
 from loadwatcher.providers.base import Backfilling, Provider
 from loadwatcher.words import plural
 

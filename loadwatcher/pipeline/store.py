@@ -20,7 +20,7 @@ same retention and numbering.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from itertools import compress
 from typing import NamedTuple
 
@@ -29,26 +29,7 @@ import numpy as np
 from loadwatcher._types import BoolArray
 from loadwatcher.model import Columns, FloatArray, IntArray, Resource, Series, SeriesBatch
 from loadwatcher.pipeline import bytime, ends, merge, plausible
-
-
-@dataclass(frozen=True)
-class AddResult:
-    """What ``SampleStore.add`` kept and what it refused, by reason.
-
-    ``offered`` counts the samples given with a finite time; ``ahead_s`` is the median
-    lead over ``latest``'s clock of those dropped as ``future`` (0 when none), and
-    ``future_nodes`` the nodes they belong to: what a clock skew is judged on.
-    """
-
-    added: Columns
-    dropped: dict[str, int]
-    offered: int = 0
-    ahead_s: float = 0.0
-    future_nodes: frozenset[str] = frozenset()
-    # Not in ``dropped``: a poll's overlap with the last one repeats samples on purpose.
-    # ``repeated``: not taken for its time: held already, given twice, or (without
-    # ``keep_older``) older than its series' newest. A push's accounting: duplicate.
-    repeated: int = 0
+from loadwatcher.pipeline.added import AddResult, Screened, combined
 
 
 class Held(NamedTuple):
@@ -58,23 +39,6 @@ class Held(NamedTuple):
     keys: tuple[tuple[str, Resource], ...]
     cols: Columns
     ends: Columns
-
-
-@dataclass(frozen=True)
-class _Screened:
-    """One add's samples screened, before they are merged into the columns: the result
-    (``result.added`` the samples to merge), the staleness markers given (series ids and
-    times), whether some samples go before their series' newest, and whether there is
-    anything to merge at all (an add of no samples only trims)."""
-
-    result: AddResult
-    marks: tuple[IntArray, FloatArray] | None = None
-    inserted: bool = False
-    merging: bool = False
-
-    @property
-    def added(self) -> Columns:
-        return self.result.added
 
 
 # Series ids: 32 bits number two billion series and halve the column beside the 64-bit
@@ -190,7 +154,7 @@ class SampleStore:
         runs ahead does not hide the others' samples (a poll repeats its overlap and stays
         on the faster path, where only newer samples are taken).
         """
-        return self._add(parts, keep_from, latest, clock, keep_older)
+        return self._take(self._screen(parts, keep_from, latest, clock, keep_older), keep_from)
 
     def add_in_turn(
         self,
@@ -226,21 +190,10 @@ class SampleStore:
         if not waiting:
             return
         held = self._cols if keep_from is None else merge.since(self._cols, keep_from)
-        n = len(self._keys)
         for added in waiting:
-            self._ends = ends.yielding(self._ends, added, n)
-        self._cols = merge.interleaved([held, *waiting], n)
+            self._ends = ends.yielding(self._ends, added, len(self._keys))
+        self._cols = merge.interleaved([held, *waiting], len(self._keys))
         waiting.clear()
-
-    def _add(
-        self,
-        parts: Iterable[Series | SeriesBatch],
-        keep_from: float | None,
-        latest: float | None,
-        clock: float | None,
-        keep_older: bool = False,
-    ) -> AddResult:
-        return self._take(self._screen(parts, keep_from, latest, clock, keep_older), keep_from)
 
     def _screen(
         self,
@@ -249,7 +202,7 @@ class SampleStore:
         latest: float | None,
         clock: float | None,
         keep_older: bool = False,
-    ) -> _Screened:
+    ) -> Screened:
         """What of ``parts`` the store takes, numbered and in (series, time) order, its
         series' newest times updated; the columns themselves are left to ``_take``."""
         batch = SeriesBatch.joined(parts)
@@ -262,7 +215,7 @@ class SampleStore:
             lengths = lengths[lengths > 0]
         held_back = batch.held_back  # left out as parsed: offered, and not newer
         if not keys:
-            return _Screened(AddResult(_empty_columns(), dropped, held_back, repeated=held_back))
+            return Screened(AddResult(_empty_columns(), dropped, held_back, repeated=held_back))
         sid = np.repeat(self._ids(keys), lengths)
         ts, val = batch.ts, batch.values
 
@@ -311,9 +264,9 @@ class SampleStore:
         if len(added):
             np.maximum.at(self._newest, added.sid, added.ts)
         result = AddResult(added, dropped, offered, ahead_s, future_nodes, repeated)
-        return _Screened(result, marks, inserted, merging=True)
+        return Screened(result, marks, inserted, merging=True)
 
-    def _take(self, screened: _Screened, keep_from: float | None) -> AddResult:
+    def _take(self, screened: Screened, keep_from: float | None) -> AddResult:
         """Merge what ``_screen`` took into the columns, and its staleness markers."""
         result, added = screened.result, screened.added
         if not screened.merging:
@@ -445,21 +398,3 @@ class SampleStore:
         """How many distinct ``keys`` the store does not hold yet."""
         index = self._index
         return len({key for key in keys if key not in index})
-
-
-def combined(results: list[AddResult]) -> AddResult:
-    """One ``AddResult`` for several adds in a row; the lead of the future samples is the
-    one of the add that refused the most of them."""
-    dropped: dict[str, int] = {}
-    for r in results:
-        for reason, n in r.dropped.items():
-            dropped[reason] = dropped.get(reason, 0) + n
-    most_future = max(results, key=lambda r: r.dropped.get("future", 0))
-    return AddResult(
-        merge.joined([r.added for r in results]),
-        dropped,
-        sum(r.offered for r in results),
-        most_future.ahead_s,
-        frozenset().union(*(r.future_nodes for r in results)),
-        sum(r.repeated for r in results),
-    )

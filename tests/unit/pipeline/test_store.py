@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from loadwatcher.model import Columns, Resource, Series, SeriesBatch
 from loadwatcher.pipeline import merge as merge_module
 from loadwatcher.pipeline import plausible
-from loadwatcher.pipeline.store import SampleStore, combined
+from loadwatcher.pipeline.added import combined
+from loadwatcher.pipeline.store import SampleStore
 from tests.support.fuzzing import examples
 
 
