@@ -187,6 +187,12 @@ class SeriesBatch:
             batches.append(SeriesBatch.of(run))
         return SeriesBatch.concat(batches)
 
+    def where(self, keep: BoolArray, held_back: int = 0) -> SeriesBatch:
+        """The samples where ``keep``, every series kept in its place (some with none)."""
+        owner = np.repeat(np.arange(len(self.keys)), self.lengths)
+        lengths = np.bincount(owner[keep], minlength=len(self.keys)).astype(np.int64)
+        return SeriesBatch(self.keys, lengths, self.ts[keep], self.values[keep], held_back)
+
     @property
     def nodes(self) -> frozenset[str]:
         return frozenset(map(itemgetter(0), self.keys))

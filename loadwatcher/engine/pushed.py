@@ -12,8 +12,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from loadwatcher._types import BoolArray
-from loadwatcher.model import WINDOWS, FetchResult, IntArray, Resource, Series, SeriesBatch
+from loadwatcher.model import WINDOWS, FetchResult, Resource, Series, SeriesBatch
 from loadwatcher.pipeline import corroboration, rollups
 from loadwatcher.pipeline.store import SampleStore
 from loadwatcher.words import plural
@@ -120,11 +119,9 @@ class SourceSplit:
             if not taken.any():
                 kept_batches.append(b)
                 continue
-            row = np.repeat(np.arange(len(b.keys)), b.lengths)
-            n = len(b.keys)
             # Samples left out as parsed stay with the poll's: the main store held them.
-            kept_batches.append(_part(b, ~taken, row, n, b.held_back))
-            apart.append(_part(b, taken, row, n))
+            kept_batches.append(b.where(~taken, b.held_back))
+            apart.append(b.where(taken))
         diverted = sum(
             int(p.ts.shape[0]) for p in apart
         )  # every sample set apart, whatever the store makes of it
@@ -150,10 +147,3 @@ class SourceSplit:
             threshold_pct,
         )
         return {node: r for node, r in found.items() if node in self._first}
-
-
-def _part(
-    b: SeriesBatch, mask: BoolArray, row: IntArray, n: int, held_back: int = 0
-) -> SeriesBatch:
-    lengths = np.bincount(row[mask], minlength=n).astype(np.int64)
-    return SeriesBatch(list(b.keys), lengths, b.ts[mask], b.values[mask], held_back)

@@ -33,13 +33,11 @@ class AddResult:
 class Screened:
     """One add's samples screened, before they are merged into the columns: the result
     (``result.added`` the samples to merge), the staleness markers given (series ids and
-    times), whether some samples go before their series' newest, and whether there is
-    anything to merge at all (an add of no samples only trims)."""
+    times), and whether some samples go before their series' newest."""
 
     result: AddResult
     marks: tuple[IntArray, FloatArray] | None = None
     inserted: bool = False
-    merging: bool = False
 
     @property
     def added(self) -> Columns:

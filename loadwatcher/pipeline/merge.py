@@ -68,10 +68,12 @@ def interleaved(parts: Sequence[Columns], n_series: int) -> Columns:
     """``parts`` merged, each series' samples of ``parts[0]`` first, then those of
     ``parts[1]``...: what merging them in turn gives when each part's samples are newer than
     their series' samples in the parts before it (a cold start's slices, oldest first), in
-    one pass and one new copy instead of a copy of everything merged so far per part."""
-    parts = [p for p in parts if len(p)]
+    one pass and one new copy instead of a copy of everything merged so far per part.
+    ``parts`` holds at least one part (empty ones are skipped)."""
+    given = parts
+    parts = [p for p in given if len(p)]
     if len(parts) <= 1:
-        return parts[0] if parts else Columns(np.empty(0, np.int32), np.empty(0), np.empty(0))
+        return parts[0] if parts else given[0]
     counts = np.stack([np.bincount(p.sid, minlength=n_series) for p in parts])
     total = counts.sum(axis=0)
     # Where each part's first sample of each series goes: after the series' samples of

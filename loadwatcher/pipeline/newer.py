@@ -33,7 +33,4 @@ def newer(batch: SeriesBatch, newest: FloatArray) -> SeriesBatch:
     kept = int(np.count_nonzero(keep))
     if kept == batch.ts.shape[0]:
         return batch
-    owner = np.repeat(np.arange(len(batch.keys)), batch.lengths)
-    lengths = np.bincount(owner[keep], minlength=len(batch.keys)).astype(np.int64)
-    held_back = batch.held_back + batch.ts.shape[0] - kept
-    return SeriesBatch(batch.keys, lengths, batch.ts[keep], batch.values[keep], held_back)
+    return batch.where(keep, batch.held_back + batch.ts.shape[0] - kept)

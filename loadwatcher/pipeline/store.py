@@ -264,12 +264,12 @@ class SampleStore:
         if len(added):
             np.maximum.at(self._newest, added.sid, added.ts)
         result = AddResult(added, dropped, offered, ahead_s, future_nodes, repeated)
-        return Screened(result, marks, inserted, merging=True)
+        return Screened(result, marks, inserted)
 
     def _take(self, screened: Screened, keep_from: float | None) -> AddResult:
         """Merge what ``_screen`` took into the columns, and its staleness markers."""
         result, added = screened.result, screened.added
-        if not screened.merging:
+        if not len(added) and screened.marks is None:  # nothing to merge: only the trim
             if keep_from is not None:
                 self._cols = merge.since(self._cols, keep_from)
             return result

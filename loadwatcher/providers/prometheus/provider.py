@@ -106,7 +106,7 @@ class PrometheusProvider:
         return max(1, math.ceil(span))
 
     async def _query(
-        self, q: Query, expr: str, spans: list[Span], newest_of: NewestOf | None = None
+        self, q: Query, expr: str, spans: list[Span], newest_of: NewestOf | None
     ) -> list[SeriesBatch]:
         """The samples of each of ``spans``, kept apart (the store merges a cold start's
         slices one at a time: ``SampleStore.add_in_turn``). The next span is asked for while
@@ -132,7 +132,7 @@ class PrometheusProvider:
         return batches
 
     async def _parse(
-        self, q: Query, answer: RawAnswer, promql: str, newest_of: NewestOf | None = None
+        self, q: Query, answer: RawAnswer, promql: str, newest_of: NewestOf | None
     ) -> SeriesBatch:
         memo = self._memo_of(q)
 
