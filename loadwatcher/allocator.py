@@ -1,7 +1,11 @@
 """Give freed heap memory back to the operating system (glibc only; elsewhere a no-op).
 
 A cold start makes many short-lived objects; glibc keeps the freed arenas, so the resident
-size would stay at the start's peak long after. ``trim`` after each cycle returns them.
+size would stay at the start's peak long after. ``trim`` returns them: after a start, and
+after a cycle once the resident size grew more than ``KEEP_FREE_BYTES`` (``Spare``). A
+steady cycle frees a few megabytes that the next one takes again, and pages given back
+are faulted in anew: trimming them each poll cost a small cluster's poll a tenth of its
+CPU for a few megabytes of resident memory (benchmarks/RESULTS.md).
 
 ``configure`` (at start, before any thread) also keeps the cycle's large numpy buffers out
 of glibc's heaps: by default its mmap threshold rises to the largest block freed, so
@@ -26,6 +30,7 @@ _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
 MMAP_THRESHOLD = 1 << 20
 ARENA_MAX = 1
+KEEP_FREE_BYTES = 8 << 20
 
 
 @cache
@@ -75,3 +80,32 @@ def trim() -> bool:
     """Return freed memory to the OS; True if anything was released."""
     fn = _malloc_trim()
     return bool(fn(0)) if fn is not None else False
+
+
+class Spare:
+    """``trim`` only when it pays: when the resident size grew more than
+    ``KEEP_FREE_BYTES`` since the last trim. Memory a cycle frees and the next one takes
+    again does not grow it; a start, a burst of requests or a grown cluster does."""
+
+    def __init__(self, resident: Callable[[], int | None] | None = None) -> None:
+        self._resident = resident or resident_bytes
+        self._after: int | None = None
+
+    def trim(self) -> bool:
+        """Trim if worth it (always where the resident size is unknown); True if anything
+        was released."""
+        now = self._resident()
+        if now is not None and self._after is not None and now - self._after <= KEEP_FREE_BYTES:
+            return False
+        released = trim()
+        self._after = self._resident()
+        return released
+
+
+def resident_bytes() -> int | None:
+    """This process's resident size (/proc/self/statm), None where there is no /proc."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None

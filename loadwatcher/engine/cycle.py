@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 
 from loadwatcher import allocator
-from loadwatcher.engine import clocks, firstlook, freshness, gone, ingest, published, restore
+from loadwatcher.engine import clocks, firstlook, freshness, gone, ingest, restore
 from loadwatcher.engine.cadence import Cadence
 from loadwatcher.engine.corroborating import CorroboratingSource
 from loadwatcher.engine.gone import GoneNodes
@@ -93,6 +93,7 @@ class Engine:
         )
         self._transitions = TransitionLog()
         self._idle_work: asyncio.Future[None] | None = None
+        self._spare = allocator.Spare()
         # The first poll after a restore asks for the whole retention: the journal holds
         # only its own series (``restore.recover``).
         self.backfill_due = False
@@ -198,20 +199,16 @@ class Engine:
     async def publish(self, added: Columns, now: float, forgotten: tuple[str, ...] = ()) -> None:
         """Build the snapshot at ``now``, write it and ``added`` to the journal, serve it."""
         snap, body = await asyncio.to_thread(self.build_snapshot, now, forgotten)
-        # The journal gets the snapshot without its windows, not the rendered body, so the
-        # write (SQLite releases the GIL) overlaps the rendering and compression. Its bytes
-        # are made before, with the rollups: beside the rendering they would fight it for
-        # the GIL.
+        # The journal gets the snapshot without its windows, its bytes made with the rollups.
         persist = asyncio.ensure_future(self._persist(added, body, snap.taken_at, now))
         try:
-            pub = await asyncio.shield(asyncio.to_thread(published.publish, snap))
             await asyncio.shield(persist)
         except asyncio.CancelledError:
             # Shutdown gave up on this cycle: let its short transaction finish rather than
             # cut it half-way, then abandon the cycle.
             await persist
             raise
-        self.current, self.first_look = pub, None
+        self.current, self.first_look = Published(snap), None
         if self.on_published is not None:
             self.on_published()
         self.log_quality()
@@ -321,7 +318,7 @@ class Engine:
     async def _do_idle_work(self) -> None:
         if self.persistence is not None:
             await self.persistence.fold_wal()
-        await asyncio.to_thread(allocator.trim)  # off the event loop, after the cycle
+        await asyncio.to_thread(self._spare.trim)  # off the event loop, after the cycle
 
     def _metrics_state(self) -> State:
         counts = {str(q): len(nodes) for q, nodes in self.report.by_quality.items()}

@@ -5,12 +5,11 @@ reports errors. Never journalled."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
-from loadwatcher.engine import published
+from loadwatcher.engine.published import Published
 from loadwatcher.errors import ProviderError
 from loadwatcher.model import Resource, Summary
 from loadwatcher.pipeline import analysis, summary
@@ -63,7 +62,7 @@ async def serve(engine: Engine, now: float) -> None:
     snap, report = rebuilt(engine, found, now, now)
     if not snap.nodes:
         return
-    engine.current = await asyncio.to_thread(published.publish, snap)
+    engine.current = Published(snap)
     engine.report, engine.first_look = report, found
     if engine.on_published is not None:
         engine.on_published()

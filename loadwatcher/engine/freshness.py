@@ -14,7 +14,8 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
-from loadwatcher.engine import firstlook, published
+from loadwatcher.engine import firstlook
+from loadwatcher.engine.published import Published
 from loadwatcher.pipeline import ageing
 from loadwatcher.pipeline.analysis import Quality
 from loadwatcher.pipeline.snapshot import RollupSnapshot
@@ -45,12 +46,7 @@ async def age_current(engine: Engine) -> None:
     tags = ageing.aged(current.snapshot, now, engine.options.thresholds.stale_after_s)
     if tags is None:
         return
-    pub = await asyncio.to_thread(
-        published.publish, dataclasses.replace(current.snapshot, tags=tags)
-    )
-    if engine.current is not current:  # a cycle published meanwhile: its tags are newer
-        return
-    engine.current = pub
+    engine.current = Published(dataclasses.replace(current.snapshot, tags=tags))
     engine.report = ageing.report_of(tags, engine.report.nodes(Quality.MISSING))
     engine.log_quality()
 
@@ -64,7 +60,7 @@ async def retag(engine: Engine, now: float) -> None:
     if engine.first_look is not None:
         taken_at = current.snapshot.taken_at
         snap, engine.report = firstlook.rebuilt(engine, engine.first_look, taken_at, now)
-        engine.current = await asyncio.to_thread(published.publish, snap)
+        engine.current = Published(snap)
         engine.log_quality()
         return
     report = engine.analyse(now)
@@ -74,7 +70,7 @@ async def retag(engine: Engine, now: float) -> None:
     kept = {n: last.tags[n] for n in last.nodes if n in last.tags and n not in report.tags}
     snap = aged(engine, dataclasses.replace(last, tags={**kept, **report.tags}), now)
     engine.report = ageing.report_of(snap.tags, report.nodes(Quality.MISSING))
-    engine.current = await asyncio.to_thread(published.publish, snap)
+    engine.current = Published(snap)
     engine.log_quality()
 
 

@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from loadwatcher import allocator
-from loadwatcher.engine import freshness, published
+from loadwatcher.engine import freshness
+from loadwatcher.engine.published import Published
 from loadwatcher.errors import JournalError
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.pipeline import ageing, snapshot
@@ -114,7 +115,7 @@ async def recover(engine: Engine) -> None:
         # while the samples load (seconds, for a large journal) as between cycles.
         snap = freshness.aged(engine, snap, engine.clock())
         engine.report = ageing.report_of(snap.tags)
-        engine.current = await asyncio.to_thread(published.publish, snap)
+        engine.current = Published(snap)
         engine.node_info = dict(snap.node_info)
         if ager is None:  # it reads the snapshot only, never the store being filled
             ager = asyncio.create_task(

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from loadwatcher import allocator
 from tests.support.backends import unavailable
 
 PROBE = """
@@ -103,3 +104,53 @@ def test_worker_threads_share_the_one_arena_once_configured() -> None:
     # each with its own free space; configured, they share the main one.
     assert arenas("default") > 1
     assert arenas("configure") == 1
+
+
+class Counting:
+    def __init__(self, sizes: list[int | None]) -> None:
+        self.sizes = sizes
+        self.trims = 0
+
+    def resident(self) -> int | None:
+        return self.sizes.pop(0)
+
+    def trim(self) -> bool:
+        self.trims += 1
+        return True
+
+
+MiB = 1 << 20
+
+
+def test_a_cycle_that_reuses_what_the_last_freed_is_not_trimmed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each trim reads the resident size before and (if it trims) after.
+    seen = Counting([100 * MiB, 60 * MiB, 66 * MiB, 68 * MiB, 69 * MiB, 64 * MiB, 64 * MiB])
+    monkeypatch.setattr(allocator, "trim", seen.trim)
+    spare = allocator.Spare(seen.resident)
+    assert spare.trim()  # the first: no size since a trim to compare with
+    assert not spare.trim() and not spare.trim()  # 6 and 8 MiB over 60: kept
+    assert spare.trim()  # 9 MiB over: given back, and 64 is the new mark
+    assert not spare.trim()
+    assert seen.trims == 2 and not seen.sizes
+
+
+def test_where_the_resident_size_is_unknown_every_cycle_trims(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen = Counting([None] * 6)
+    monkeypatch.setattr(allocator, "trim", seen.trim)
+    spare = allocator.Spare(seen.resident)
+    assert all(spare.trim() for _ in range(3))
+    assert seen.trims == 3
+
+
+@pytest.mark.usefixtures("glibc")
+def test_the_resident_size_is_read_from_proc() -> None:
+    size = allocator.resident_bytes()
+    assert size is not None
+    with open("/proc/self/status") as f:
+        status = dict(line.split(":", 1) for line in f)
+    kib = int(status["VmRSS"].split()[0])
+    assert abs(size - kib * 1024) < 16 * MiB

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
+import pytest
 
-from loadwatcher.engine import published
+from loadwatcher.engine import Engine, EngineOptions, published
+from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import Resource, Series
 from loadwatcher.pipeline import snapshot
 from loadwatcher.pipeline.store import SampleStore
 from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
+from tests.unit.engine.test_restore_truth import Backend
 
 NAMES = {Resource.CPU: "cpu_q", Resource.MEMORY: "mem_q"}
 
@@ -43,7 +48,7 @@ def make_snapshot(nodes: int = 3) -> snapshot.RollupSnapshot:
 
 
 async def test_bodies_render_once_and_match_the_document() -> None:
-    pub = published.publish(make_snapshot())
+    pub = published.Published(make_snapshot())
     default = await pub.body(None, Format.DEFAULT)
     assert default is not None
     assert orjson.loads(default.raw) == formats.document(pub.snapshot, "15m", Format.DEFAULT)
@@ -59,9 +64,39 @@ async def test_bodies_render_once_and_match_the_document() -> None:
 async def test_a_snapshot_rebuilt_from_its_journal_recipe_serves_the_same_bytes() -> None:
     store = make_store()
     snap = snapshot_of(store)
-    pub = published.publish(snap)
+    pub = published.Published(snap)
     recipe = snapshot.decode(snapshot.encode_without_windows(snap))
     assert isinstance(recipe, snapshot.SnapshotWithoutWindows)
-    back = published.publish(recipe.build(store.columns, list(store.keys)))
+    back = published.Published(recipe.build(store.columns, list(store.keys)))
     for window, fmt in ((None, Format.DEFAULT), ("10m", Format.KEP), ("5m", Format.DEFAULT)):
         assert (await back.body(window, fmt)) == (await pub.body(window, fmt))
+
+
+async def test_a_cycle_renders_nothing_until_a_reader_asks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    rendered: list[published.BodyKey] = []
+    real = published.render_body
+
+    def counting(snap: snapshot.RollupSnapshot, *key: Any) -> published.Body | None:
+        rendered.append(key)
+        return real(snap, *key)
+
+    monkeypatch.setattr(published, "render_body", counting)
+    now = [1_700_000_000.0]
+    options = EngineOptions(poll_interval_s=15.0, retention_s=1020.0)
+    engine = Engine(
+        Backend(), Journal(str(tmp_path / "lw.db")), options, NAMES, clock=lambda: now[0]
+    )
+    await engine.recover()
+    for _ in range(3):
+        await engine.cycle(now[0])
+        now[0] += 15
+    assert engine.current is not None and rendered == []
+    pub = engine.current
+    assert pub.cached(pub.key(None, Format.DEFAULT)) == (False, None)
+    asked = [pub.body(None, Format.DEFAULT) for _ in range(2)]
+    first, again = await asyncio.gather(*asked)  # concurrent first readers: one rendering
+    assert first is not None and first is again and len(rendered) == 1
+    assert orjson.loads(first.raw) == formats.document(pub.snapshot, "15m", Format.DEFAULT)
+    await engine.close()

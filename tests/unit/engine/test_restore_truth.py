@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loadwatcher.engine import Engine, EngineOptions, freshness, published
+from loadwatcher.engine import Engine, EngineOptions, freshness
 from loadwatcher.errors import ProviderError, ProviderErrorKind
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import FetchResult, Resource, Series
@@ -165,23 +165,24 @@ async def test_an_ageing_that_races_a_cycle_never_overwrites_the_newer_snapshot(
     await engine.cycle(now[0])
     before = engine.current
     now[0] += 400  # every node stale by now
-    # The ageing's rendering is held until a cycle has published.
-    gate, real, calls = threading.Event(), published.publish, []
+    # The cycle is held in its rollups while the ageing runs.
+    gate, real = threading.Event(), engine.build_snapshot
 
-    def held(snap: Any) -> Any:
-        calls.append(snap)
-        if len(calls) == 1:
-            gate.wait(10)
-        return real(snap)
+    def held(*args: Any) -> Any:
+        gate.wait(10)
+        return real(*args)
 
-    monkeypatch.setattr(published, "publish", held)
-    ageing = asyncio.ensure_future(freshness.age_current(engine))
+    monkeypatch.setattr(engine, "build_snapshot", held)
+    cycle = asyncio.ensure_future(engine.cycle(now[0]))
     await asyncio.sleep(0.05)
-    await engine.cycle(now[0])
-    after = engine.current
+    await freshness.age_current(engine)
+    aged = engine.current
+    assert aged is not None and aged is not before
+    assert aged.snapshot.taken_at == before.snapshot.taken_at  # type: ignore[union-attr]
     gate.set()
-    await ageing
-    assert len(calls) == 2 and engine.current is after is not before
+    await cycle
+    assert engine.current is not aged and engine.current is not None
+    assert engine.current.snapshot.taken_at == now[0]
     await engine.close()
 
 

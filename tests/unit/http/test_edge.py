@@ -50,7 +50,7 @@ class Served:
 
 async def serve(limits: edge.EdgeLimits) -> tuple[Served, object]:
     engine = app.build_engine(settings({}))
-    engine.current = published.publish(make_snapshot(3))
+    engine.current = published.Published(make_snapshot(3))
     runner = web.AppRunner(api.make_app(engine), access_log=None)
     await runner.setup()
     site = edge.GuardedSite(runner, "127.0.0.1", 0, limits)

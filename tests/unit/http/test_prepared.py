@@ -75,7 +75,7 @@ def test_date_line_is_an_http_date() -> None:
 @pytest.fixture
 async def served(aiohttp_client) -> AsyncIterator[tuple[TestClient, Engine, published.Body]]:
     engine = app.build_engine(settings({}))
-    engine.current = published.publish(make_snapshot(20))
+    engine.current = published.Published(make_snapshot(20))
     body = engine.current.body_now(engine.current.key(None, Format.DEFAULT))
     assert body is not None
     client = await aiohttp_client(api.make_app(engine))
@@ -92,7 +92,7 @@ async def test_a_large_body_is_held_compressed_until_a_plain_request_asks(
     aiohttp_client,
 ) -> None:
     engine = app.build_engine(settings({}))
-    engine.current = published.publish(make_snapshot(400))
+    engine.current = published.Published(make_snapshot(400))
     body = engine.current.body_now(engine.current.key(None, Format.DEFAULT))
     assert body is not None and body.size > published.KEEP_PLAIN_BYTES
     try:
@@ -242,7 +242,7 @@ async def test_requests_are_timed_by_route_and_status(served) -> None:
 async def large(aiohttp_client) -> AsyncIterator[tuple[TestClient, published.Body]]:
     """1,000 nodes: bodies bigger than the socket buffers, so that sends are partial."""
     engine = app.build_engine(settings({}))
-    engine.current = published.publish(make_snapshot(1000))
+    engine.current = published.Published(make_snapshot(1000))
     body = engine.current.body_now(engine.current.key(None, Format.DEFAULT))
     assert body is not None
     client = await aiohttp_client(api.make_app(engine))
@@ -299,7 +299,7 @@ async def test_keep_alive_over_tls_is_encrypted_not_sent_from_the_file(tmp_path)
     """Prepared responses over HTTPS go through TLS (sendfile would bypass it)."""
     pki = make_pki(tmp_path / "pki")
     engine = app.build_engine(settings({}))
-    engine.current = published.publish(make_snapshot(300))
+    engine.current = published.Published(make_snapshot(300))
     body = engine.current.body_now(engine.current.key(None, Format.DEFAULT))
     assert body is not None
     runner = web.AppRunner(api.make_app(engine), access_log=None)
@@ -402,7 +402,7 @@ async def test_when_aiohttp_changes_shape_every_response_is_aiohttp_own(
 
     monkeypatch.setattr(prepared.PreparedResponse, "__init__", never)
     engine = app.build_engine(settings({}))
-    engine.current = published.publish(make_snapshot(20))
+    engine.current = published.Published(make_snapshot(20))
     body = engine.current.body_now(engine.current.key(None, Format.DEFAULT))
     assert body is not None
     with caplog.at_level(logging.WARNING, logger="loadwatcher.prepared"):
