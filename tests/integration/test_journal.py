@@ -73,7 +73,7 @@ async def test_a_restart_backfill_holds_only_what_the_journal_lacks(
     """After a restore the first poll asks for the whole retention (a node may have joined
     meanwhile) but keeps of each slice, as it is parsed, only what the journal lacks: the
     samples since the journal's newest and the whole window of the joined node. The store
-    ends with exactly the samples a cold start reads."""
+    ends with exactly the samples a cold start reads. It holds one answer at a time."""
     db = tmp_path / "lw.db"
     now = time.time()
     history = node_history(6, math.floor(now) - 1)
@@ -94,6 +94,26 @@ async def test_a_restart_backfill_holds_only_what_the_journal_lacks(
         return out
 
     monkeypatch.setattr(provider, "newer", counting)
+    # Answers asked for and not yet parsed, at most, per provider.
+    held: dict[int, list[int]] = {}
+    cls = provider.PrometheusProvider
+    real_ask, real_parse = cls._ask, cls._parse
+
+    async def ask(self: Any, promql: str, at: str) -> Any:
+        if promql.endswith("s]"):  # a range query's slice (not a node list's or sizes')
+            now_held = held.setdefault(id(self), [0, 0])
+            now_held[0] += 1
+            now_held[1] = max(now_held)
+        return await real_ask(self, promql, at)
+
+    async def parse(self: Any, *args: Any) -> Any:
+        try:
+            return await real_parse(self, *args)
+        finally:
+            held[id(self)][0] -= 1
+
+    monkeypatch.setattr(cls, "_ask", ask)
+    monkeypatch.setattr(cls, "_parse", parse)
     second = prometheus_engine(prom.url, LOADWATCHER_JOURNAL_PATH=str(db))
     cold = prometheus_engine(prom.url)
     try:
@@ -107,6 +127,9 @@ async def test_a_restart_backfill_holds_only_what_the_journal_lacks(
         # The joined node's window, and for the others about two minutes (plus the overlap).
         assert of_joined <= taken <= of_joined + 5 * 2 * (180 // 15 + 2)
         assert held_back > taken
+        # Beside a full store, one answer's text at a time; a cold start asks ahead.
+        assert held[id(second.provider)][1] == 1
+        assert held[id(cold.provider)][1] > 1
     finally:
         await second.close()
         await cold.close()

@@ -110,8 +110,11 @@ class PrometheusProvider:
     ) -> list[SeriesBatch]:
         """The samples of each of ``spans``, kept apart (the store merges a cold start's
         slices one at a time: ``SampleStore.add_in_turn``). The next span is asked for while
-        one is parsed: Prometheus answers while this process parses."""
+        one is parsed: Prometheus answers while this process parses. Not in a restart's
+        backfill (``newest_of``): the store is full then, and one answer's text at a time
+        keeps that start's peak below a cold start's."""
         promqls = [range_query(expr, seconds, self.options.step_s) for seconds, _ in spans]
+        ahead = newest_of is None
 
         def ask(k: int) -> asyncio.Future[RawAnswer]:
             return asyncio.ensure_future(self._ask(promqls[k], f"{spans[k][1]:.3f}"))
@@ -121,9 +124,13 @@ class PrometheusProvider:
         try:
             for k, promql in enumerate(promqls):
                 answer = await pending
-                if k + 1 < len(promqls):
+                more = k + 1 < len(promqls)
+                if more and ahead:
                     pending = ask(k + 1)
                 batches.append(await self._parse(q, answer, promql, newest_of))
+                del answer  # not held while the next answer arrives
+                if more and not ahead:
+                    pending = ask(k + 1)
         finally:
             if not pending.done():
                 pending.cancel()
@@ -338,10 +345,13 @@ class PrometheusProvider:
             q for q in self.options.queries if len(spans) > 1 or self._absent.due(q.expr, now)
         ]
         try:
-            asked = await asyncio.gather(
-                *(self._fetch_one(q, spans, now, newest_of) for q in asking),
-                return_exceptions=True,
-            )
+            if newest_of is None:
+                asked = await asyncio.gather(
+                    *(self._fetch_one(q, spans, now, newest_of) for q in asking),
+                    return_exceptions=True,
+                )
+            else:  # a restart's backfill: one query at a time (``_query``)
+                asked = [await _settled(self._fetch_one(q, spans, now, newest_of)) for q in asking]
             result = collect(
                 [o if isinstance(o, BaseException) else (o.batches, o.reason) for o in asked]
             )
@@ -384,3 +394,11 @@ class PrometheusProvider:
 
     async def close(self) -> None:
         await self._http.close()
+
+
+async def _settled(outcome: Awaitable[_Outcome]) -> _Outcome | BaseException:
+    """``outcome``, or the exception it raised (as ``gather(return_exceptions=True)``)."""
+    try:
+        return await outcome
+    except Exception as exc:
+        return exc
