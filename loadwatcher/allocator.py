@@ -4,8 +4,8 @@ A cold start makes many short-lived objects; glibc keeps the freed arenas, so th
 size would stay at the start's peak long after. ``trim`` returns them: after a start, and
 after a cycle once the resident size grew more than ``KEEP_FREE_BYTES`` (``Spare``). A
 steady cycle frees a few megabytes that the next one takes again, and pages given back
-are faulted in anew: trimming them each poll cost a small cluster's poll a tenth of its
-CPU for a few megabytes of resident memory (benchmarks/RESULTS.md).
+are faulted in anew: trimming them at every poll cost a small cluster's poll more CPU than
+those megabytes are worth (benchmarks/RESULTS.md).
 
 ``configure`` (at start, before any thread) also keeps the cycle's large numpy buffers out
 of glibc's heaps: by default its mmap threshold rises to the largest block freed, so

@@ -4,8 +4,8 @@ Every body (the default one every scheduler asks for, another window, the KEP fo
 node) is rendered, gzip-compressed and hashed at most once per snapshot, on first request,
 in a worker thread; concurrent first requests wait for the same rendering. A snapshot
 nobody reads costs no rendering: a scheduler reads every 30 s and a poll comes every 15 s,
-so eagerly rendering even the default body would waste every other one (at 1,000 nodes it
-was a third of a steady poll's CPU). The first reader of a snapshot waits for its body.
+so eagerly rendering even the default body would waste every other one, a large share of a
+small cluster's poll (benchmarks/RESULTS.md). The first reader of a snapshot waits for it.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Awaitable, Sequence
+from typing import Protocol, TypeVar, runtime_checkable
 
 from loadwatcher.errors import ProviderError
 from loadwatcher.model import FetchResult, Series, SeriesBatch, Summary
@@ -85,3 +85,15 @@ def collect(
     return FetchResult(
         series=series, errors=errors, known_nodes=nodes, notices=notices, batches=batches
     )
+
+
+T = TypeVar("T")
+
+
+async def settled(outcome: Awaitable[T]) -> T | BaseException:
+    """``outcome``, or the exception it raised: ``gather(return_exceptions=True)`` for
+    fetches made one at a time."""
+    try:
+        return await outcome
+    except Exception as exc:
+        return exc

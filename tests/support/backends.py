@@ -575,7 +575,8 @@ def start_prometheus(
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
-            timeout=60,
+            # A minute, and a second for each 5 MB more: the scale rows seed gigabytes.
+            timeout=60 + len(openmetrics) / 5e6,
             check=False,
         )
         if done.returncode != 0:

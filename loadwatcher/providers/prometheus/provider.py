@@ -29,7 +29,7 @@ from loadwatcher.model import (
     Summary,
 )
 from loadwatcher.pipeline.newer import NewestOf, newer
-from loadwatcher.providers.base import collect
+from loadwatcher.providers.base import collect, settled
 from loadwatcher.providers.http import HttpBackend, HttpSettings, RawAnswer
 from loadwatcher.providers.prometheus import nodelist, rules
 from loadwatcher.providers.prometheus.absent import Absent
@@ -111,8 +111,7 @@ class PrometheusProvider:
         """The samples of each of ``spans``, kept apart (the store merges a cold start's
         slices one at a time: ``SampleStore.add_in_turn``). The next span is asked for while
         one is parsed: Prometheus answers while this process parses. Not in a restart's
-        backfill (``newest_of``): the store is full then, and one answer's text at a time
-        keeps that start's peak below a cold start's."""
+        backfill (``newest_of``): beside a full store, one answer's text at a time."""
         promqls = [range_query(expr, seconds, self.options.step_s) for seconds, _ in spans]
         ahead = newest_of is None
 
@@ -345,13 +344,11 @@ class PrometheusProvider:
             q for q in self.options.queries if len(spans) > 1 or self._absent.due(q.expr, now)
         ]
         try:
+            fetches = (self._fetch_one(q, spans, now, newest_of) for q in asking)
             if newest_of is None:
-                asked = await asyncio.gather(
-                    *(self._fetch_one(q, spans, now, newest_of) for q in asking),
-                    return_exceptions=True,
-                )
+                asked = await asyncio.gather(*fetches, return_exceptions=True)
             else:  # a restart's backfill: one query at a time (``_query``)
-                asked = [await _settled(self._fetch_one(q, spans, now, newest_of)) for q in asking]
+                asked = [await settled(fetch) for fetch in fetches]
             result = collect(
                 [o if isinstance(o, BaseException) else (o.batches, o.reason) for o in asked]
             )
@@ -394,11 +391,3 @@ class PrometheusProvider:
 
     async def close(self) -> None:
         await self._http.close()
-
-
-async def _settled(outcome: Awaitable[_Outcome]) -> _Outcome | BaseException:
-    """``outcome``, or the exception it raised (as ``gather(return_exceptions=True)``)."""
-    try:
-        return await outcome
-    except Exception as exc:
-        return exc
