@@ -24,13 +24,20 @@ from tests.support.synth import node_history, node_names
 pytestmark = pytest.mark.backend
 
 
-async def test_restart_serves_the_saved_snapshot_then_resumes(prometheus_factory, tmp_path) -> None:
+async def _first_life(prometheus_factory: Any, tmp_path: Path) -> tuple[Path, float, Any, Any, Any]:
+    """A journal path, now, six nodes' history, a Prometheus holding it, and an engine on
+    both, recovered (from nothing)."""
     db = tmp_path / "lw.db"
     now = time.time()
     history = node_history(6, math.floor(now) - 1)
     prom = prometheus_factory(openmetrics_text(history))
     first = prometheus_engine(prom.url, LOADWATCHER_JOURNAL_PATH=str(db))
     await first.recover()
+    return db, now, history, prom, first
+
+
+async def test_restart_serves_the_saved_snapshot_then_resumes(prometheus_factory, tmp_path) -> None:
+    db, now, history, prom, first = await _first_life(prometheus_factory, tmp_path)
     await first.cycle(now)
     assert first.current is not None
     saved = formats.document(first.current.snapshot, "15m", Format.DEFAULT)
@@ -74,12 +81,7 @@ async def test_a_restart_backfill_holds_only_what_the_journal_lacks(
     meanwhile) but keeps of each slice, as it is parsed, only what the journal lacks: the
     samples since the journal's newest and the whole window of the joined node. The store
     ends with exactly the samples a cold start reads. It holds one answer at a time."""
-    db = tmp_path / "lw.db"
-    now = time.time()
-    history = node_history(6, math.floor(now) - 1)
-    prom = prometheus_factory(openmetrics_text(history))
-    first = prometheus_engine(prom.url, LOADWATCHER_JOURNAL_PATH=str(db))
-    await first.recover()
+    db, now, history, prom, first = await _first_life(prometheus_factory, tmp_path)
     await first.cycle(now - 120)
     joined = sorted(node_names(history))[0]
     assert await first.forget(joined)  # the journal lacks it: as if it joined since

@@ -123,14 +123,21 @@ async def test_a_journal_of_ours_without_its_meta_row_is_moved_aside(tmp_path: P
     await assert_moved_aside_and_replaced(db, "no schema version")
 
 
+def _wal_writer(db: Path) -> sqlite3.Connection:
+    """Another process's connection in WAL mode that never checkpoints on its own: what
+    it writes stays in the WAL until it says so."""
+    writer = sqlite3.connect(db, isolation_level=None)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    return writer
+
+
 async def test_another_apps_tables_still_in_its_wal_are_refused(tmp_path: Path) -> None:
     """Tables still in a WAL are not in the main file: the check reads through the WAL
     (under SQLite's locks, as its writer does) and refuses them, leaving the file as it was."""
     db = tmp_path / "lw.db"
-    writer = sqlite3.connect(db, isolation_level=None)
+    writer = _wal_writer(db)
     try:
-        writer.execute("PRAGMA journal_mode=WAL")
-        writer.execute("PRAGMA wal_autocheckpoint=0")
         writer.execute("CREATE TABLE notes (body TEXT)")
         main_before = db.read_bytes()
         journal = Journal(str(db))
@@ -149,10 +156,8 @@ def test_a_journal_whose_mark_is_still_in_its_wal_is_ours(tmp_path: Path) -> Non
     its first page, with the mark, in its WAL while the main file already has other tables:
     it is ours, so the opener meets the lock ("in use by another process"), not a refusal."""
     db = tmp_path / "lw.db"
-    writer = sqlite3.connect(db, isolation_level=None)
+    writer = _wal_writer(db)
     try:
-        writer.execute("PRAGMA journal_mode=WAL")
-        writer.execute("PRAGMA wal_autocheckpoint=0")
         writer.execute("CREATE TABLE chunks (id INTEGER PRIMARY KEY)")
         writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the main file has chunks only
         writer.execute(f"PRAGMA application_id = {APPLICATION_ID}")
