@@ -9,11 +9,11 @@ the same raw samples:
   ``f = rank − floor(rank)`` over the sorted values (``quantile_over_time``);
 - MAX, MIN, Latest (value of the newest sample), and the sample count.
 
-Pure functions: no clock, no I/O. Cost: a series holds a bounded number of samples, so the
-longest window's values are laid out as a matrix, one row per series, newest last
-(``right_aligned``, rows grouped by length so that padding at most doubles the memory);
-each window sorts the suffix of each row it covers: many short row sorts are far cheaper
-than one argsort of every sample.
+Pure functions: no clock, no I/O. Cost: a series holds a bounded number of samples, so a
+window's values are laid out as a matrix, one row per series, newest last
+(``right_aligned``, rows grouped by length so that padding at most doubles the memory),
+and each row sorted: many short row sorts are far cheaper than one argsort of every
+sample. The series' runs are found once (``layout``) for every window (``window_stats``).
 """
 
 from __future__ import annotations
@@ -167,74 +167,79 @@ def prefix_mask(width: int, length: IntArray) -> BoolArray:
     return columns < length[:, None]
 
 
-def compute_windows(
-    cols: Columns, n_series: int, windows: tuple[Window, ...], end: int
-) -> dict[str, WindowStats]:
-    """Every window's statistics from one layout of the longest window's values.
+@dataclass(frozen=True)
+class Layout:
+    """What the statistics of any window ending at ``end`` are computed from: the values in
+    (series, time) order (the store's own array: its columns are replaced, never changed in
+    place) and, per series with samples, where its samples up to ``end`` stop, where each
+    window's begin, and its newest sample's value and time."""
 
-    Each series' values up to ``end`` are laid out right-aligned, one row per series (by
-    length class), so a window is a suffix of each row: every window sorts its own suffix
-    (cheaper than sorting the longest once and masking the others).
-    """
+    val: FloatArray
+    sids: IntArray
+    stop: IntArray
+    first: dict[str, IntArray]
+    latest: FloatArray
+    newest: FloatArray
+    end: int
+
+
+def layout(cols: Columns, windows: tuple[Window, ...], end: int) -> Layout:
+    """The layout of ``cols`` for ``windows`` ending at ``end`` (sorted first if the columns
+    are not in (series, time) order)."""
     runs = series_runs(cols)
-    ordered, held, starts = runs.cols, runs.sids, runs.starts
+    ordered, starts = runs.cols, runs.starts
     after = ordered.ts > end
     # Past each series' last sample in the windows; rarely any sample is newer than ``end``.
     stop = runs.stops - count_flagged(after, starts) if after.any() else runs.stops
     first = {w.name: starts + count_flagged(ordered.ts < end - w.seconds, starts) for w in windows}
-    in_longest = stop - first[max(windows, key=lambda w: w.seconds).name]
-    present = np.flatnonzero(in_longest)
-    blocks = [
-        (m, right_aligned(ordered.val, stop[m], int(in_longest[m].max())))
-        for m in (present[c] for c in length_groups(in_longest[present]))
-    ]
     # Garbage where a series has no sample up to ``end``: its count is 0, it is dropped.
     latest, newest = ordered.val[stop - 1], ordered.ts[stop - 1]
-    out = {}
-    for i, window in enumerate(windows):
-        count = stop - first[window.name]
-        values = {op: np.empty(held.shape[0]) for op in _ALL}
-        values[Operator.LATEST] = latest
-        for m, block in blocks:
-            _fill(count[m], block, values, m, last_use=i == len(windows) - 1)
-        if count.shape[0] and int(count.min()) > 0:
-            out[window.name] = WindowStats(
-                window, end - window.seconds, end, held, count, newest, values
-            )
-            continue
-        keep = np.flatnonzero(count)
-        out[window.name] = WindowStats(
-            window,
-            end - window.seconds,
-            end,
-            held[keep],
-            count[keep],
-            newest[keep],
-            {op: values[op][keep] for op in _ALL},
-        )
-    return out
+    return Layout(ordered.val, runs.sids, stop, first, latest, newest, end)
+
+
+def window_stats(lay: Layout, window: Window) -> WindowStats:
+    """The statistics of ``window`` (one of those ``lay`` was made for).
+
+    Each series' values in the window are laid out right-aligned, one row per series, in
+    groups of similar length (``length_groups``), and each row sorted once.
+    """
+    held, end = lay.sids, lay.end
+    count = lay.stop - lay.first[window.name]
+    present = np.flatnonzero(count)
+    values = {op: np.empty(held.shape[0]) for op in _ALL}
+    values[Operator.LATEST] = lay.latest
+    for m in (present[c] for c in length_groups(count[present])):
+        block = right_aligned(lay.val, lay.stop[m], int(count[m].max()))
+        _fill(count[m], block, values, m)
+    if present.shape[0] == held.shape[0]:
+        return WindowStats(window, end - window.seconds, end, held, count, lay.newest, values)
+    return WindowStats(
+        window,
+        end - window.seconds,
+        end,
+        held[present],
+        count[present],
+        lay.newest[present],
+        {op: values[op][present] for op in _ALL},
+    )
+
+
+def compute_windows(
+    cols: Columns, n_series: int, windows: tuple[Window, ...], end: int
+) -> dict[str, WindowStats]:
+    """Every window's statistics at once (``snapshot.build`` computes all but the longest
+    on first read: ``pipeline.windows``)."""
+    lay = layout(cols, windows, end)
+    return {w.name: window_stats(lay, w) for w in windows}
 
 
 def _fill(
-    count: IntArray,
-    block: FloatArray,
-    out: dict[Operator, FloatArray],
-    at: IntArray,
-    last_use: bool = False,
+    count: IntArray, block: FloatArray, out: dict[Operator, FloatArray], at: IntArray
 ) -> None:
-    """Statistics (all but Latest) of the last ``count[r]`` values of each row of ``block``,
-    written to ``out[op][at[r]]``; rows with count 0 are skipped. With ``last_use`` the
-    block may be sorted in place (no other window reads it after)."""
-    k = int(count.max())
-    if k == 0:
-        return
-    if int(count.min()) == 0:
-        keep = np.flatnonzero(count)
-        count, at, ordered = count[keep], at[keep], block[keep, -k:]
-    elif last_use and k == block.shape[1]:
-        ordered = block  # the longest window uses every column: no copy of the block
-    else:
-        ordered = block[:, -k:].copy()
+    """Statistics (all but Latest) of the last ``count[r]`` values (all > 0) of each row of
+    ``block`` (``count.max()`` columns, sorted in place), written to ``out[op][at[r]]``."""
+    k = block.shape[1]
+    ordered = block
     # The columns left of a row's window; after sorting with -inf there, its padding.
     pad = prefix_mask(k, k - count) if int(count.min()) < k else None
     if pad is not None:

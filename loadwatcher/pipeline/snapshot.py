@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -15,6 +16,7 @@ from isal import igzip
 from loadwatcher.model import WINDOWS, Columns, Operator, Resource, Window
 from loadwatcher.pipeline import members, rollups
 from loadwatcher.pipeline.rollups import WindowStats
+from loadwatcher.pipeline.windows import Windows
 
 WITHOUT_WINDOWS_FORMAT = 3
 WHOLE_FORMAT = 2
@@ -32,7 +34,7 @@ class RollupSnapshot:
     taken_at: float
     source: str
     keys: tuple[tuple[str, Resource], ...]
-    windows: dict[str, WindowStats]
+    windows: Mapping[str, WindowStats]
     metric_names: dict[Resource, str]
     tags: dict[str, dict[str, Any]] = field(default_factory=dict)
     node_info: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -60,9 +62,10 @@ def build(
     tags: dict[str, dict[str, Any]],
     node_info: dict[str, dict[str, str]],
 ) -> RollupSnapshot:
-    """Compute every window's rollups at ``now`` (pure)."""
+    """The rollups at ``now``: the longest window's computed, the others' on first read
+    (``pipeline.windows``)."""
     _, end = rollups.window_bounds(now, WINDOWS[0])
-    windows = rollups.compute_windows(cols, len(keys), WINDOWS, end)
+    windows = Windows(rollups.layout(cols, WINDOWS, end), WINDOWS)
     return RollupSnapshot(now, source, tuple(keys), windows, dict(metric_names), tags, node_info)
 
 
