@@ -166,13 +166,18 @@ class Service:
 
 def task_cpu_ns(pid: int) -> int:
     """Nanoseconds on CPU of ``pid``'s live threads (/proc/PID/task/*/schedstat)."""
-    total = 0
+    return sum(threads_cpu_ns(pid).values())
+
+
+def threads_cpu_ns(pid: int) -> dict[str, int]:
+    """Nanoseconds on CPU of each of ``pid``'s live threads, by thread id."""
+    out = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            total += int((task / "schedstat").read_text().split()[0])
+            out[task.name] = int((task / "schedstat").read_text().split()[0])
         except (OSError, ValueError, IndexError):
             continue  # the thread ended meanwhile
-    return total
+    return out
 
 
 @dataclass(frozen=True)

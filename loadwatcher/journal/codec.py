@@ -229,35 +229,40 @@ def samples_since(
 def last_of_each(cols: list[np.ndarray]) -> Columns:
     """(series, time) order with one sample per (series, time), the last written winning,
     of ``cols`` (series, time, value), which it owns: each column is given up as soon as its
-    sorted copy is made, so that at most one more column than the sort's order is held.
+    reordered copy is made, so that at most one column more than the sort's order is held.
 
     Duplicates only arise when a journal opened late received samples an earlier run had
     already written (the store of this run did not know them).
     """
-    sid, ts = cols[0], cols[1]
     # Chunks are written cycle after cycle, so a series' samples are normally in time order
     # in the file already: a stable sort by series alone (cheap on runs of sorted chunks)
     # then gives (series, time) order, much faster than a lexsort. Checked, not assumed: a
     # takeover, a clock stepped back or the clean-up's re-appended row put a series' rows out
-    # of time order, and then the lexsort runs on the columns as read (never on the ones
-    # the first sort already reordered: that paired one row's series with another's time).
-    order = np.argsort(sid, kind="stable")
-    sid_o, ts_o = sid[order], ts[order]
-    same = sid_o[1:] == sid_o[:-1]
+    # of time order, and then a lexsort reorders the three columns again. It may start from
+    # the first sort's order, as long as all three columns went through it: that sort kept
+    # each series' rows in file order, so equal (series, time) rows still come in file order.
+    _reorder(cols, np.argsort(cols[0], kind="stable"))
+    sid, ts = cols[0], cols[1]
+    same = sid[1:] == sid[:-1]
     # Flags, not the times where ``same`` holds: those would be two more time columns.
-    if not bool(np.all((ts_o[1:] >= ts_o[:-1]) | ~same)):
-        del sid_o, ts_o, same
-        order = np.lexsort((ts, sid))  # stable: equal keys keep file order
-        sid_o, ts_o = sid[order], ts[order]
-        same = sid_o[1:] == sid_o[:-1]
-    del sid, ts
-    cols[0], cols[1] = sid_o, ts_o
-    cols[2] = cols[2][order]
-    del order
-    sid, ts, val = cols
+    if not bool(np.all((ts[1:] >= ts[:-1]) | ~same)):
+        order = np.lexsort((ts, sid))  # stable: equal keys keep the order they have
+        del sid, ts, same
+        _reorder(cols, order)
+        del order
+        sid, ts = cols[0], cols[1]
+        same = sid[1:] == sid[:-1]
+    val = cols[2]
     cols.clear()
     last = np.ones(sid.shape[0], bool)
     last[:-1] = ~same | (ts[1:] != ts[:-1])
     if bool(last.all()):
         return Columns(sid, ts, val)
     return Columns(sid[last], ts[last], val[last])
+
+
+def _reorder(cols: list[np.ndarray], order: np.ndarray) -> None:
+    """Each column of ``cols`` put in ``order``, one at a time: each old column is given up
+    as soon as its reordered copy is made."""
+    for i in range(len(cols)):
+        cols[i] = cols[i][order]
