@@ -1,12 +1,15 @@
 """What an add to the sample store took and refused (``AddResult``), and an add's samples
-screened before they are merged (``Screened``)."""
+screened before they are merged (``screen``, ``Screened``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from loadwatcher.model import Columns, FloatArray, IntArray
-from loadwatcher.pipeline import merge
+import numpy as np
+
+from loadwatcher.model import Columns, FloatArray, IntArray, Resource, SeriesBatch
+from loadwatcher.pipeline import bytime, merge, plausible
 
 
 @dataclass(frozen=True)
@@ -60,3 +63,78 @@ def combined(results: list[AddResult]) -> AddResult:
         frozenset().union(*(r.future_nodes for r in results)),
         sum(r.repeated for r in results),
     )
+
+
+def screen(
+    batch: SeriesBatch,
+    number: Callable[[list[tuple[str, Resource]]], IntArray],
+    newest_held: Callable[[], FloatArray],
+    cols: Columns,
+    names: list[tuple[str, Resource]],
+    keep_from: float | None,
+    latest: float | None,
+    clock: float | None,
+    keep_older: bool,
+) -> Screened:
+    """What of ``batch`` a store holding ``cols`` takes (``SampleStore.add`` says how),
+    numbered by ``number`` (which numbers new series, their keys appended to ``names``) and
+    in (series, time) order: ``newest_held()`` is each series' newest time before it."""
+    dropped = {"non_finite": 0, "negative": 0, "over_100": 0}
+    keys, lengths = batch.keys, batch.lengths
+    if not lengths.all():  # an empty series gets no id
+        keys = [k for k, n in zip(keys, lengths.tolist(), strict=True) if n]
+        lengths = lengths[lengths > 0]
+    held_back = batch.held_back  # left out as parsed: offered, and not newer
+    if not keys:
+        return Screened(AddResult(_none(), dropped, held_back, repeated=held_back))
+    sid = np.repeat(number(keys), lengths)
+    ts, val = batch.ts, batch.values
+
+    bad_ts = ~np.isfinite(ts)
+    dropped["non_finite"] += int(bad_ts.sum())
+    sid, ts, val = sid[~bad_ts], ts[~bad_ts], val[~bad_ts]
+    offered = int(ts.shape[0]) + held_back
+    ahead_s, future_nodes = 0.0, frozenset[str]()
+    if latest is not None:
+        future = ts > latest
+        if future.any():
+            dropped["future"] = int(future.sum())
+            lead = ts[future] - (latest if clock is None else clock)
+            ahead_s = float(np.median(lead))
+            future_nodes = frozenset(names[i][0] for i in np.unique(sid[future]))
+            sid, ts, val = sid[~future], ts[~future], val[~future]
+    marker = plausible.stale(val)
+    marks = (sid[marker], ts[marker]) if marker.any() else None
+    if marks is not None:
+        sid, ts, val = sid[~marker], ts[~marker], val[~marker]
+    # (series, time) order; a stable sort keeps the last given of equal timestamps last.
+    order = np.lexsort((ts, sid))
+    sid, ts, val = sid[order], ts[order], val[order]
+    last_of_run = np.ones(sid.shape[0], bool)
+    last_of_run[:-1] = (sid[1:] != sid[:-1]) | (ts[1:] != ts[:-1])
+    newest = newest_held()[sid]  # after the numbering, which may have grown it
+    fresh = last_of_run & (ts > newest)
+    behind = last_of_run & (ts < newest)
+    inserted = False
+    if keep_older and behind.any():
+        rows = np.flatnonzero(behind)
+        new_time = ~bytime.holds(cols, len(names), sid[rows], ts[rows])
+        fresh[rows[new_time]] = True
+        inserted = bool(new_time.any())
+    repeated = int(fresh.shape[0] - np.count_nonzero(fresh)) + held_back
+    sid, ts, val = sid[fresh], ts[fresh], val[fresh]
+    if keep_from is not None:
+        # Older than the retention: counted here, not taken (the merge would drop it).
+        old = ts < keep_from
+        if old.any():
+            dropped["too_old"] = int(old.sum())
+            sid, ts, val = sid[~old], ts[~old], val[~old]
+
+    good = plausible.screen(val, dropped)
+    added = Columns(sid[good], ts[good], val[good])
+    result = AddResult(added, dropped, offered, ahead_s, future_nodes, repeated)
+    return Screened(result, marks, inserted)
+
+
+def _none() -> Columns:
+    return Columns(np.empty(0, np.int32), np.empty(0), np.empty(0))

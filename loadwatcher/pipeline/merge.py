@@ -7,6 +7,7 @@ each returns new arrays and never changes its inputs in place.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,16 +17,45 @@ from loadwatcher.model import Columns, IntArray
 
 
 def merge_trimmed(old: Columns, new: Columns, keep_from: float, n_series: int) -> Columns:
-    """``merge(old, new)`` without the samples older than ``keep_from``, in one pass.
+    """``merge(old, new)`` without the samples older than ``keep_from``, in one pass
+    (``moves``)."""
+    plan = moves(old, new, keep_from, n_series)
+    if isinstance(plan, Columns):
+        return plan
+    return Columns(plan.column(0, old.sid), plan.column(1, old.ts), plan.column(2, old.val))
+
+
+@dataclass(frozen=True)
+class Moves:
+    """Where ``merge_trimmed`` puts every sample: the kept old ones by slice copies, ``runs``
+    of ``(first, end, shift)``, the ``fresh`` ones at ``at``; ``total`` samples in all."""
+
+    total: int
+    runs: list[tuple[int, int, int]]
+    at: IntArray
+    fresh: Columns
+
+    def column(self, i: int, old: Any) -> Any:
+        """Column ``i`` (0 series, 1 time, 2 value) of the merge, from ``old``'s."""
+        out = np.empty(self.total, old.dtype)
+        for a, b, d in self.runs:
+            out[a + d : b + d] = old[a:b]
+        out[self.at] = (self.fresh.sid, self.fresh.ts, self.fresh.val)[i]
+        return out
+
+
+def moves(old: Columns, new: Columns, keep_from: float, n_series: int) -> Moves | Columns:
+    """How ``merge_trimmed`` makes its columns, or the merge itself where no slice copies
+    apply (nothing to merge, an empty store, too many runs).
 
     Both inputs are (series, time)-ordered (the store's invariant) and each new sample is
     newer than its series' old ones, so a series loses a prefix of its old samples and gains
-    a suffix. Its kept
-    old samples move by a constant ``shift``; where neighbouring series share it (the steady
-    state: each series gains as many as the next one loses), one slice copy moves them all,
-    and the new samples are scattered into the gaps: one new copy of the columns per cycle
-    instead of the two an insert then a masked copy make, each of which the allocator
-    would map afresh.
+    a suffix. Its kept old samples move by a constant ``shift``; where neighbouring series
+    share it (the steady state: each series gains as many as the next one loses), one slice
+    copy moves them all, and the new samples are scattered into the gaps: one new copy of
+    the columns per cycle instead of the two an insert then a masked copy make, each of
+    which the allocator would map afresh. The columns can be made one at a time
+    (``Moves.column``), each old one given up before the next is made.
     """
     new = since(new, keep_from)
     if len(old) == 0:
@@ -42,26 +72,17 @@ def merge_trimmed(old: Columns, new: Columns, keep_from: float, n_series: int) -
     shift = out_start - start - lost
     # Runs of series with one shift: [first[k], first[k+1]).
     first = np.flatnonzero(np.diff(shift, prepend=shift[0] - 1))
-    if first.shape[0] > _MAX_RUNS:
+    if first.shape[0] > max(_MAX_RUNS, len(old) // _RUN_SAMPLES):
         return since(merge(old, new), keep_from)
     last = np.append(first[1:], n_series) - 1
-    src_from = (start + lost)[first].tolist()
-    src_to = stop[last].tolist()
-    moves = shift[first].tolist()
+    runs = list(
+        zip((start + lost)[first].tolist(), stop[last].tolist(), shift[first].tolist(), strict=True)
+    )
     # Each new sample goes after its series' kept old ones: out_start + kept + rank within
     # the series' new samples.
     rank = np.arange(len(new)) - np.repeat(np.cumsum(gained) - gained, gained)
     at = (out_start + (stop - start - lost))[new.sid] + rank
-    total = int(size.sum())
-
-    def moved(src: Any, fresh: Any) -> Any:
-        out = np.empty(total, src.dtype)
-        for a, b, d in zip(src_from, src_to, moves, strict=True):
-            out[a + d : b + d] = src[a:b]
-        out[at] = fresh
-        return out
-
-    return Columns(moved(old.sid, new.sid), moved(old.ts, new.ts), moved(old.val, new.val))
+    return Moves(int(size.sum()), runs, at, new)
 
 
 def interleaved(parts: Sequence[Columns], n_series: int) -> Columns:
@@ -89,9 +110,11 @@ def interleaved(parts: Sequence[Columns], n_series: int) -> Columns:
     return Columns(sid, ts, val)
 
 
-# Beyond this many runs of equal shift (ragged arrivals, a backfill) the generic merge is
-# cheaper than a slice copy per run.
+# Beyond this many runs of equal shift (ragged arrivals, a backfill), and fewer samples a
+# run on average than this, the generic merge is cheaper than a slice copy per run; it holds
+# two new copies of the store at once (inserted, then trimmed) where the runs make one.
 _MAX_RUNS = 64
+_RUN_SAMPLES = 64
 
 
 def since(cols: Columns, keep_from: float) -> Columns:

@@ -19,17 +19,17 @@ same retention and numbering.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import replace
 from itertools import compress
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from loadwatcher._types import BoolArray
 from loadwatcher.model import Columns, FloatArray, IntArray, Resource, Series, SeriesBatch
 from loadwatcher.pipeline import bytime, ends, merge, plausible
-from loadwatcher.pipeline.added import AddResult, Screened, combined
+from loadwatcher.pipeline.added import AddResult, Screened, combined, screen
 
 
 class Held(NamedTuple):
@@ -44,6 +44,9 @@ class Held(NamedTuple):
 # Series ids: 32 bits number two billion series and halve the column beside the 64-bit
 # times and values (2.6 MB of 16 at 5,000 nodes).
 SID = np.int32
+
+
+_COLUMNS = ("sid", "ts", "val")
 
 
 def _empty_columns() -> Columns:
@@ -186,14 +189,21 @@ class SampleStore:
         return replace(merged, added=self._cols) if was_empty else merged
 
     def _take_waiting(self, waiting: list[Columns], keep_from: float | None) -> None:
-        """Merge ``waiting`` (screened batches, oldest first) in, and empty it."""
+        """Merge ``waiting`` (screened batches, oldest first) in, and empty it: the batches
+        first among themselves, then into the store as one poll's samples are (a restart's
+        backfill beside a full store makes one copy of it, not a trimmed one and a merged
+        one)."""
         if not waiting:
             return
-        held = self._cols if keep_from is None else merge.since(self._cols, keep_from)
+        n = len(self._keys)
         for added in waiting:
-            self._ends = ends.yielding(self._ends, added, len(self._keys))
-        self._cols = merge.interleaved([held, *waiting], len(self._keys))
+            self._ends = ends.yielding(self._ends, added, n)
+        new = merge.interleaved(waiting, n)
         waiting.clear()
+        if keep_from is None:
+            self._cols = merge.merge(self._cols, new)
+        else:
+            self._merge_trimmed(new, keep_from)
 
     def _screen(
         self,
@@ -208,80 +218,38 @@ class SampleStore:
         batch = SeriesBatch.joined(parts)
         if keep_from is not None:
             self._ends = merge.since(self._ends, keep_from)
-        dropped = {"non_finite": 0, "negative": 0, "over_100": 0}
-        keys, lengths = batch.keys, batch.lengths
-        if not lengths.all():  # an empty series gets no id
-            keys = [k for k, n in zip(keys, lengths.tolist(), strict=True) if n]
-            lengths = lengths[lengths > 0]
-        held_back = batch.held_back  # left out as parsed: offered, and not newer
-        if not keys:
-            return Screened(AddResult(_empty_columns(), dropped, held_back, repeated=held_back))
-        sid = np.repeat(self._ids(keys), lengths)
-        ts, val = batch.ts, batch.values
-
-        bad_ts = ~np.isfinite(ts)
-        dropped["non_finite"] += int(bad_ts.sum())
-        sid, ts, val = sid[~bad_ts], ts[~bad_ts], val[~bad_ts]
-        offered = int(ts.shape[0]) + held_back
-        ahead_s, future_nodes = 0.0, frozenset[str]()
-        if latest is not None:
-            future = ts > latest
-            if future.any():
-                dropped["future"] = int(future.sum())
-                lead = ts[future] - (latest if clock is None else clock)
-                ahead_s = float(np.median(lead))
-                future_nodes = frozenset(self._keys[i][0] for i in np.unique(sid[future]))
-                sid, ts, val = sid[~future], ts[~future], val[~future]
-        marker = plausible.stale(val)
-        marks = (sid[marker], ts[marker]) if marker.any() else None
-        if marks is not None:
-            sid, ts, val = sid[~marker], ts[~marker], val[~marker]
-        # (series, time) order; a stable sort keeps the last given of equal timestamps last.
-        order = np.lexsort((ts, sid))
-        sid, ts, val = sid[order], ts[order], val[order]
-        last_of_run = np.ones(sid.shape[0], bool)
-        last_of_run[:-1] = (sid[1:] != sid[:-1]) | (ts[1:] != ts[:-1])
-        newest = self._newest[sid]
-        fresh = last_of_run & (ts > newest)
-        behind = last_of_run & (ts < newest)
-        inserted = False
-        if keep_older and behind.any():
-            rows = np.flatnonzero(behind)
-            new_time = ~bytime.holds(self._cols, len(self._keys), sid[rows], ts[rows])
-            fresh[rows[new_time]] = True
-            inserted = bool(new_time.any())
-        repeated = int(fresh.shape[0] - np.count_nonzero(fresh)) + held_back
-        sid, ts, val = sid[fresh], ts[fresh], val[fresh]
-        if keep_from is not None:
-            # Older than the retention: counted here, not taken (the merge would drop it).
-            old = ts < keep_from
-            if old.any():
-                dropped["too_old"] = int(old.sum())
-                sid, ts, val = sid[~old], ts[~old], val[~old]
-
-        good = plausible.screen(val, dropped)
-        added = Columns(sid[good], ts[good], val[good])
+        screened = screen(
+            batch,
+            self._ids,
+            lambda: self._newest,
+            self._cols,
+            self._keys,
+            keep_from,
+            latest,
+            clock,
+            keep_older,
+        )
+        added = screened.added
         if len(added):
             np.maximum.at(self._newest, added.sid, added.ts)
-        result = AddResult(added, dropped, offered, ahead_s, future_nodes, repeated)
-        return Screened(result, marks, inserted)
+        return screened
 
     def _take(self, screened: Screened, keep_from: float | None) -> AddResult:
         """Merge what ``_screen`` took into the columns, and its staleness markers."""
         result, added = screened.result, screened.added
         if not len(added) and screened.marks is None:  # nothing to merge: only the trim
             if keep_from is not None:
-                self._cols = merge.since(self._cols, keep_from)
+                self._trim_columns(keep_from)
             return result
         if screened.inserted:
             # Some samples go before their series' newest: the general merge.
             self._cols = bytime.merge(self._cols, added, len(self._keys))
             if keep_from is not None:
-                self._cols = merge.since(self._cols, keep_from)
+                self._trim_columns(keep_from)
         elif keep_from is None:
             self._cols = merge.merge(self._cols, added)
         else:
-            self._cols = merge.merge_trimmed(self._cols, added, keep_from, len(self._keys))
+            self._merge_trimmed(added, keep_from)
         n = len(self._keys)
         self._ends = ends.yielding(self._ends, added, n)
         if screened.marks is None:
@@ -317,9 +285,40 @@ class SampleStore:
     def trim(self, before: float) -> int:
         """Forget samples older than ``before``; returns how many were dropped."""
         held = len(self._cols)
-        self._cols = merge.since(self._cols, before)
+        self._trim_columns(before)
         self._ends = merge.since(self._ends, before)
         return held - len(self._cols)
+
+    def _trim_columns(self, before: float) -> None:
+        keep = self._cols.ts >= before
+        if not bool(keep.all()):
+            self._replace_columns(lambda _, column: column[keep])
+
+    def _merge_trimmed(self, added: Columns, keep_from: float) -> None:
+        plan = merge.moves(self._cols, added, keep_from, len(self._keys))
+        if isinstance(plan, Columns):
+            self._cols = plan
+        else:
+            self._replace_columns(plan.column)
+
+    def _replace_columns(self, make: Callable[[int, Any], Any]) -> None:
+        """Replace the samples' columns one at a time by ``make(i, column i)``: each old
+        column is given up as soon as its replacement is made (unless a reader holds it),
+        so that a merge or a trim holds one column more than the store at its peak, not a
+        second store. Readers in other threads wait meanwhile (``held``: the epoch is odd).
+        Should making one fail (out of memory), the samples go rather than stay mismatched:
+        the next poll fetches the retention again, and the journal still has them."""
+        self._epoch += 1
+        try:
+            for i, name in enumerate(_COLUMNS):
+                column = make(i, getattr(self._cols, name))
+                self._cols = replace(self._cols, **{name: column})
+        except BaseException:
+            self._cols = _empty_columns()
+            self._newest[:] = -np.inf
+            raise
+        finally:
+            self._epoch += 1
 
     def forget_after(self, latest: float) -> int:
         """Forget samples later than ``latest`` (the clock stepped back past them): kept,
