@@ -1,6 +1,7 @@
 """A consistent read of the sample store for a request (the status page's charts, the
-PromQL API's raw series): ``SampleStore.held`` is None while a cycle renumbers the series,
-which lasts a few assignments, so a request waits a little for it."""
+PromQL API's raw series): ``SampleStore.held`` is None while a cycle renumbers the series
+or replaces the columns one at a time (a merge: a fraction of a second at the largest
+clusters), so a request waits a little for it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import asyncio
 
 from loadwatcher.pipeline.store import Held, SampleStore
 
-TRIES, WAIT_S = 50, 0.01
+TRIES, WAIT_S = 200, 0.01
 
 
 async def held(store: SampleStore) -> Held | None:

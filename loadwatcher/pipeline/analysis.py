@@ -169,7 +169,22 @@ def _low_coverage(
     ``count < min_coverage · max(LONGEST_WINDOW_S / median interval, 1)``."""
     if min_coverage <= 0:
         return np.zeros(starts.shape[0], bool)
-    ts = ordered.ts
+    # A stretch of series at a time: the intervals are as many as the samples.
+    low = np.empty(starts.shape[0], bool)
+    for a, b in rollups.stretches(starts, stops, _GAPS):
+        base = int(starts[a])
+        ts = ordered.ts[base : int(stops[b - 1])]
+        low[a:b] = _low_coverage_of(ts, starts[a:b] - base, stops[a:b] - base, now, min_coverage)
+    return low
+
+
+# Intervals ``_low_coverage`` holds at a time (8 MB).
+_GAPS = 1 << 20
+
+
+def _low_coverage_of(
+    ts: FloatArray, starts: IntArray, stops: IntArray, now: float, min_coverage: float
+) -> BoolArray:
     in_window = stops - starts - rollups.count_flagged(ts < now - LONGEST_WINDOW_S, starts)
     # Intervals between consecutive samples of a series; +inf after each series' last.
     gaps = np.empty(ts.shape[0])

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from loadwatcher._types import FloatArray
 from loadwatcher.model import LONGEST_WINDOW_S, Resource, Series
-from loadwatcher.pipeline import analysis
+from loadwatcher.pipeline import analysis, rollups
 from loadwatcher.pipeline.analysis import FROZEN_MIN_SAMPLES, SEVERITY, Quality, Thresholds
 from loadwatcher.pipeline.store import SampleStore
 from tests.support.fuzzing import examples
@@ -122,8 +122,12 @@ thresholds = st.builds(
 
 
 @settings(max_examples=examples(200), deadline=None)
-@given(nodes, thresholds, st.integers(0, 3))
-def test_analyse_matches_the_per_series_reference(spec, th: Thresholds, ghosts: int) -> None:
+@given(nodes, thresholds, st.integers(0, 3), st.sampled_from([0, 1, 7, 60]))
+def test_analyse_matches_the_per_series_reference(
+    spec, th: Thresholds, ghosts: int, stretch: int
+) -> None:
+    """``stretch`` (when not 0): the samples the analyser looks at a time, which a real
+    cluster exceeds only at thousands of nodes."""
     store = SampleStore()
     held: dict[tuple[str, Resource], tuple[np.ndarray, np.ndarray]] = {}
     disagreeing: dict[str, set[Resource]] = {}
@@ -140,15 +144,21 @@ def test_analyse_matches_the_per_series_reference(spec, th: Thresholds, ghosts: 
         if disagrees:
             disagreeing[name] = {Resource.CPU}
     known = set(names[::2]) | {f"ghost-{g}" for g in range(ghosts)}
-    report = analysis.analyse(
-        list(store.keys),
-        store.columns,
-        store.newest_by_series(),
-        NOW,
-        th,
-        known_nodes=known,
-        disagreeing=disagreeing,
-    )
+    saved = analysis._GAPS, rollups._COUNTED
+    if stretch:
+        analysis._GAPS = rollups._COUNTED = stretch
+    try:
+        report = analysis.analyse(
+            list(store.keys),
+            store.columns,
+            store.newest_by_series(),
+            NOW,
+            th,
+            known_nodes=known,
+            disagreeing=disagreeing,
+        )
+    finally:
+        analysis._GAPS, rollups._COUNTED = saved
     tags, by_quality = reference_report(held, th, known, disagreeing)
     assert list(report.tags.items()) == list(tags.items())
     assert list(report.by_quality.items()) == list(by_quality.items())

@@ -197,3 +197,45 @@ def test_right_aligned_rows_end_at_each_stop(size: int, stops: list[int], width:
     for row, end in zip(block, stop.tolist(), strict=True):
         expected = [values[i] if i >= 0 else np.nan for i in range(end - width, end)]
         np.testing.assert_array_equal(row, expected)
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(series_strategy, st.integers(0, 2100), st.integers(1, 30))
+def test_a_window_laid_out_a_few_rows_at_a_time_is_the_same(raw, end: int, block: int) -> None:
+    """Past ``BLOCK_VALUES`` a window's rows are laid out and sorted in turn: the figures
+    are those of one block (a cluster's rows exceed it only at thousands of nodes)."""
+    store = SampleStore()
+    for i, points in enumerate(raw):
+        by_ts = dict(points)
+        ts = np.array(sorted(by_ts), dtype=np.float64)
+        store.add([Series(f"n{i}", Resource.CPU, ts, np.array([by_ts[int(t)] for t in ts]))])
+    whole = rollups.compute_windows(store.columns, len(store.keys), WINDOWS, end)
+    saved = rollups.BLOCK_VALUES
+    rollups.BLOCK_VALUES = block
+    try:
+        in_turn = rollups.compute_windows(store.columns, len(store.keys), WINDOWS, end)
+    finally:
+        rollups.BLOCK_VALUES = saved
+    for name, stats in whole.items():
+        assert in_turn[name].sids.tolist() == stats.sids.tolist()
+        for op, values in stats.values.items():
+            np.testing.assert_array_equal(in_turn[name].values[op], values)
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(
+    st.lists(st.lists(st.booleans(), min_size=1, max_size=12), min_size=1, max_size=12),
+    st.integers(1, 20),
+)
+def test_flags_counted_a_stretch_at_a_time(series: list[list[bool]], stretch: int) -> None:
+    """``count_flagged`` sums a stretch of series at a time (``_COUNTED`` flags): the counts
+    are each series' own, whatever the stretch."""
+    flags = np.array([f for s in series for f in s], bool)
+    starts = np.cumsum([0] + [len(s) for s in series[:-1]])
+    saved = rollups._COUNTED
+    rollups._COUNTED = stretch
+    try:
+        got = rollups.count_flagged(flags, starts)
+    finally:
+        rollups._COUNTED = saved
+    assert got.tolist() == [sum(s) for s in series]
