@@ -18,7 +18,7 @@ from loadwatcher.pipeline import snapshot
 from loadwatcher.pipeline.store import SampleStore
 from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
-from tests.unit.engine.test_restore_truth import Backend
+from tests.support.restarts import Backend
 
 NAMES = {Resource.CPU: "cpu_q", Resource.MEMORY: "mem_q"}
 

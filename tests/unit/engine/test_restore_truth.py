@@ -10,7 +10,6 @@ import asyncio
 import math
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,55 +17,11 @@ import numpy as np
 import pytest
 
 from loadwatcher.engine import Engine, EngineOptions, freshness
-from loadwatcher.errors import ProviderError, ProviderErrorKind
 from loadwatcher.journal.sqlite import Journal
-from loadwatcher.model import FetchResult, Resource, Series
+from loadwatcher.model import FetchResult, Series
 from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
-
-NAMES = {Resource.CPU: "cpu", Resource.MEMORY: "memory"}
-NODES = ["a", "b", "c"]
-
-
-class Backend:
-    """One sample per node and resource at ``now``; or failing; or hanging."""
-
-    source = "Prometheus"
-
-    def __init__(self) -> None:
-        self.mode = "ok"
-
-    async def fetch(self, now: float, since: float | None) -> FetchResult:
-        if self.mode == "fail":
-            raise ProviderError(ProviderErrorKind.CONNECT, "connection refused")
-        if self.mode == "hang":
-            await asyncio.sleep(3600)
-        ts = np.array([now])
-        return FetchResult(
-            series=[Series(n, r, ts, np.array([10.0])) for n in NODES for r in NAMES]
-        )
-
-    async def close(self) -> None:
-        pass
-
-
-def _engine(db: Path, clock: Callable[[], float], poll_interval_s: float = 15.0) -> Engine:
-    options = EngineOptions(poll_interval_s=poll_interval_s, retention_s=1020.0)
-    return Engine(Backend(), Journal(str(db)), options, NAMES, clock=clock)
-
-
-async def _journal_of(db: Path, last: float, clean: bool = True) -> None:
-    """Eight cycles ending at ``last``, every 15 s, then a clean stop (or a crash)."""
-    first = _engine(db, lambda: last)
-    await first.recover()
-    for k in range(8):
-        await first.cycle(last - 15 * (7 - k))
-    await first.wait_idle_work()
-    if clean:
-        await first.close()
-    else:
-        assert first.journal is not None
-        await first.journal.close()
+from tests.support.restarts import NAMES, NODES, Backend, engine_over, journal_of
 
 
 def _tags(engine: Engine) -> dict[str, Any]:
@@ -81,8 +36,8 @@ async def test_a_restart_ten_minutes_later_serves_stale_from_its_first_byte(
     last = 1_700_000_000.0
     for clean in (True, False):
         db = tmp_path / f"lw-{clean}.db"
-        await _journal_of(db, last, clean=clean)
-        second = _engine(db, lambda: last + 611)
+        await journal_of(db, last, clean=clean)
+        second = engine_over(db, lambda: last + 611)
         await second.recover()
         tags = _tags(second)
         assert {n: (t["quality"], t["lastSample"]) for n, t in tags.items()} == {
@@ -95,8 +50,8 @@ async def test_a_restart_ten_minutes_later_serves_stale_from_its_first_byte(
 async def test_a_restart_within_stale_after_keeps_its_quality(tmp_path: Path) -> None:
     last = 1_700_000_000.0
     db = tmp_path / "lw.db"
-    await _journal_of(db, last)
-    second = _engine(db, lambda: last + 200)
+    await journal_of(db, last)
+    second = engine_over(db, lambda: last + 200)
     await second.recover()
     assert {t["quality"] for t in _tags(second).values()} == {"low_coverage"}
     await second.close()
@@ -108,8 +63,8 @@ async def test_a_week_old_journal_with_the_backend_failing_is_stale_never_untagg
     last = 1_700_000_000.0
     week = 7 * 86400
     db = tmp_path / "lw.db"
-    await _journal_of(db, last)
-    second = _engine(db, lambda: last + week)
+    await journal_of(db, last)
+    second = engine_over(db, lambda: last + week)
     await second.recover()
     assert isinstance(second.provider, Backend)
     second.provider.mode = "fail"
@@ -134,9 +89,9 @@ async def test_while_the_backend_hangs_the_served_tags_age_when_their_node_turns
 
     db = tmp_path / "lw.db"
     last = float(math.floor(time.time()))  # windows end at a whole second
-    await _journal_of(db, last)
+    await journal_of(db, last)
     offset[0] = 298.0 - (time.time() - last)
-    second = _engine(db, clock, poll_interval_s=30.0)
+    second = engine_over(db, clock, poll_interval_s=30.0)
     await second.recover()
     assert {t["quality"] for t in _tags(second).values()} == {"low_coverage"}
     assert isinstance(second.provider, Backend)
@@ -160,7 +115,7 @@ async def test_an_ageing_that_races_a_cycle_never_overwrites_the_newer_snapshot(
 ) -> None:
     now = [1_700_000_000.0]
     db = tmp_path / "lw.db"
-    engine = _engine(db, lambda: now[0])
+    engine = engine_over(db, lambda: now[0])
     await engine.recover()
     await engine.cycle(now[0])
     before = engine.current
@@ -210,7 +165,7 @@ async def test_the_first_poll_after_a_restore_backfills_series_the_journal_lacks
     only the time since the journal's newest sample; later polls ask only what is new."""
     last = 1_700_000_000.0
     db = tmp_path / "lw.db"
-    await _journal_of(db, last)  # nodes a, b, c
+    await journal_of(db, last)  # nodes a, b, c
     now = last + 120
     backend = Recording([*NODES, "joined"])
     options = EngineOptions(poll_interval_s=15.0, retention_s=1020.0)
@@ -234,9 +189,9 @@ async def test_the_served_snapshot_ages_while_the_journal_loads(
     stale meanwhile is served stale then, not after the load."""
     last = 1_700_000_000.0
     db = tmp_path / "lw.db"
-    await _journal_of(db, last)
+    await journal_of(db, last)
     started = time.monotonic()
-    second = _engine(db, lambda: last + 299.6 + (time.monotonic() - started))
+    second = engine_over(db, lambda: last + 299.6 + (time.monotonic() - started))
     slow_load = second.store.load
     seen: list[set[str]] = []
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from loadwatcher.http import api
-from tests.unit.engine.test_restore_truth import Backend, _engine, _journal_of
+from tests.support.restarts import Backend, engine_over, journal_of
 
 LAST = 1_700_000_000.0
 ROLLUP = 'loadwatcher_node_cpu_utilisation_ratio{window="15m", operator="avg"}'
@@ -31,8 +31,8 @@ async def test_a_late_restart_answers_its_samples_and_no_fresh_rollup(
 ) -> None:
     for clean in (True, False):
         db = tmp_path / f"lw-{clean}.db"
-        await _journal_of(db, LAST, clean=clean)
-        engine = _engine(db, lambda: LAST + 611)
+        await journal_of(db, LAST, clean=clean)
+        engine = engine_over(db, lambda: LAST + 611)
         await engine.recover()
         assert isinstance(engine.provider, Backend)
         engine.provider.mode = "fail"
