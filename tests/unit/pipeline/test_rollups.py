@@ -44,6 +44,16 @@ series_strategy = st.lists(
 )
 
 
+def _store_of(raw: list[list[tuple[int, float]]]) -> SampleStore:
+    """A store of one series a node, each ``(time, value)`` list in time order."""
+    store = SampleStore()
+    for i, points in enumerate(raw):
+        by_ts = dict(points)  # the store keeps one value per timestamp (the last given)
+        ts = np.array(sorted(by_ts), dtype=np.float64)
+        store.add([Series(f"n{i}", Resource.CPU, ts, np.array([by_ts[int(t)] for t in ts]))])
+    return store
+
+
 @settings(max_examples=examples(150), deadline=None)
 @given(series_strategy, st.sampled_from(WINDOWS), st.integers(0, 2100))
 def test_every_operator_matches_numpy(raw, window: Window, end: int) -> None:
@@ -117,11 +127,7 @@ def test_window_bounds_are_whole_seconds() -> None:
 @settings(max_examples=examples(100), deadline=None)
 @given(series_strategy, st.integers(0, 2100))
 def test_all_windows_at_once_equal_each_window_alone(raw, end: int) -> None:
-    store = SampleStore()
-    for i, points in enumerate(raw):
-        by_ts = dict(points)
-        ts = np.array(sorted(by_ts), dtype=np.float64)
-        store.add([Series(f"n{i}", Resource.CPU, ts, np.array([by_ts[int(t)] for t in ts]))])
+    store = _store_of(raw)
     together = rollups.compute_windows(store.columns, len(store.keys), WINDOWS, end)
     for window in WINDOWS:
         alone = one_window(store.columns, len(store.keys), window, end)
@@ -204,11 +210,7 @@ def test_right_aligned_rows_end_at_each_stop(size: int, stops: list[int], width:
 def test_a_window_laid_out_a_few_rows_at_a_time_is_the_same(raw, end: int, block: int) -> None:
     """Past ``BLOCK_VALUES`` a window's rows are laid out and sorted in turn: the figures
     are those of one block (a cluster's rows exceed it only at thousands of nodes)."""
-    store = SampleStore()
-    for i, points in enumerate(raw):
-        by_ts = dict(points)
-        ts = np.array(sorted(by_ts), dtype=np.float64)
-        store.add([Series(f"n{i}", Resource.CPU, ts, np.array([by_ts[int(t)] for t in ts]))])
+    store = _store_of(raw)
     whole = rollups.compute_windows(store.columns, len(store.keys), WINDOWS, end)
     saved = rollups.BLOCK_VALUES
     rollups.BLOCK_VALUES = block
