@@ -16,37 +16,30 @@ from loadwatcher._types import BoolArray
 from loadwatcher.model import Columns, IntArray
 
 
-def merge_trimmed(old: Columns, new: Columns, keep_from: float, n_series: int) -> Columns:
-    """``merge(old, new)`` without the samples older than ``keep_from``, in one pass
-    (``moves``)."""
-    plan = moves(old, new, keep_from, n_series)
-    if isinstance(plan, Columns):
-        return plan
-    return Columns(plan.column(0, old.sid), plan.column(1, old.ts), plan.column(2, old.val))
-
-
 @dataclass(frozen=True)
 class Moves:
-    """Where ``merge_trimmed`` puts every sample: the kept old ones by slice copies, ``runs``
-    of ``(first, end, shift)``, the ``fresh`` ones at ``at``; ``total`` samples in all."""
+    """Where a merge without the samples older than its cut (``moves``) puts every sample:
+    the kept old ones by slice copies, ``runs`` of ``(first, end, shift)``, the ``fresh``
+    ones at ``at``; ``total`` samples in all."""
 
     total: int
     runs: list[tuple[int, int, int]]
     at: IntArray
     fresh: Columns
 
-    def column(self, i: int, old: Any) -> Any:
-        """Column ``i`` (0 series, 1 time, 2 value) of the merge, from ``old``'s."""
+    def column(self, name: str, old: Any) -> Any:
+        """Column ``name`` (a field of ``Columns``) of the merge, from ``old``'s."""
         out = np.empty(self.total, old.dtype)
         for a, b, d in self.runs:
             out[a + d : b + d] = old[a:b]
-        out[self.at] = (self.fresh.sid, self.fresh.ts, self.fresh.val)[i]
+        out[self.at] = getattr(self.fresh, name)
         return out
 
 
 def moves(old: Columns, new: Columns, keep_from: float, n_series: int) -> Moves | Columns:
-    """How ``merge_trimmed`` makes its columns, or the merge itself where no slice copies
-    apply (nothing to merge, an empty store, too many runs).
+    """``merge(old, new)`` without the samples older than ``keep_from``, in one pass: where
+    each sample goes, or the merge itself where no slice copies apply (nothing to merge, an
+    empty store, too many runs).
 
     Both inputs are (series, time)-ordered (the store's invariant) and each new sample is
     newer than its series' old ones, so a series loses a prefix of its old samples and gains

@@ -20,7 +20,7 @@ same retention and numbering.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import replace
+from dataclasses import fields, replace
 from itertools import compress
 from typing import Any, NamedTuple
 
@@ -46,7 +46,7 @@ class Held(NamedTuple):
 SID = np.int32
 
 
-_COLUMNS = ("sid", "ts", "val")
+_COLUMNS = tuple(f.name for f in fields(Columns))
 
 
 def _empty_columns() -> Columns:
@@ -295,14 +295,15 @@ class SampleStore:
             self._replace_columns(lambda _, column: column[keep])
 
     def _merge_trimmed(self, added: Columns, keep_from: float) -> None:
+        """Merge ``added`` in without the samples older than ``keep_from`` (``merge.moves``)."""
         plan = merge.moves(self._cols, added, keep_from, len(self._keys))
         if isinstance(plan, Columns):
             self._cols = plan
         else:
             self._replace_columns(plan.column)
 
-    def _replace_columns(self, make: Callable[[int, Any], Any]) -> None:
-        """Replace the samples' columns one at a time by ``make(i, column i)``: each old
+    def _replace_columns(self, make: Callable[[str, Any], Any]) -> None:
+        """Replace the samples' columns one at a time by ``make(name, column)``: each old
         column is given up as soon as its replacement is made (unless a reader holds it),
         so that a merge or a trim holds one column more than the store at its peak, not a
         second store. Readers in other threads wait meanwhile (``held``: the epoch is odd).
@@ -310,8 +311,8 @@ class SampleStore:
         the next poll fetches the retention again, and the journal still has them."""
         self._epoch += 1
         try:
-            for i, name in enumerate(_COLUMNS):
-                column = make(i, getattr(self._cols, name))
+            for name in _COLUMNS:
+                column = make(name, getattr(self._cols, name))
                 self._cols = replace(self._cols, **{name: column})
         except BaseException:
             self._cols = _empty_columns()

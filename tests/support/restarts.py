@@ -51,9 +51,15 @@ async def journal_of(db: Path, last: float, clean: bool = True) -> None:
     await first.recover()
     for k in range(8):
         await first.cycle(last - 15 * (7 - k))
-    await first.wait_idle_work()
+    await stopped(first, clean)
+
+
+async def stopped(engine: Engine, clean: bool) -> None:
+    """Stop ``engine`` after its idle work: cleanly, or as a crash would (the journal's
+    connection just goes)."""
+    await engine.wait_idle_work()
     if clean:
-        await first.close()
+        await engine.close()
     else:
-        assert first.journal is not None
-        await first.journal.close()
+        assert engine.journal is not None
+        await engine.journal.close()

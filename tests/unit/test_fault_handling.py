@@ -32,6 +32,7 @@ from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
 from tests.support.backends import free_port
 from tests.support.faults import journal_rows
+from tests.support.restarts import stopped
 
 T0 = 1_700_000_000.0
 NAMES = {Resource.CPU: "cpu", Resource.MEMORY: "memory"}
@@ -397,12 +398,7 @@ async def _served_then_stopped(db: Path, cycles: int, clean: bool) -> dict[str, 
         await first.cycle(T0 + 15 * k)
     assert first.current is not None
     served = formats.document(first.current.snapshot, "15m", Format.DEFAULT)
-    await first.wait_idle_work()
-    if clean:
-        await first.close()
-    else:
-        assert first.journal is not None
-        await first.journal.close()
+    await stopped(first, clean)
     return served
 
 

@@ -1,6 +1,7 @@
-"""``merge.merge_trimmed`` on both of its paths (a slice copy per run of equal shift, and the
-generic merge it falls back to beyond a number of runs) against the plain definition:
-insert every new sample after its series' samples, then drop what is older than the cut."""
+"""The trimmed merge (``merge.moves``) on both of its paths (a slice copy per run of equal
+shift, and the generic merge it falls back to beyond a number of runs) against the plain
+definition: insert every new sample after its series' samples, then drop what is older
+than the cut."""
 
 from __future__ import annotations
 
@@ -49,6 +50,14 @@ def _plain(old: Columns, new: Columns, keep_from: float) -> Columns:
     )
 
 
+def _merged(old: Columns, new: Columns, keep_from: float, n_series: int) -> Columns:
+    """The store's merge: the plan's columns made from the old ones, or the merge itself."""
+    plan = merge.moves(old, new, keep_from, n_series)
+    if isinstance(plan, Columns):
+        return plan
+    return Columns(*(plan.column(name, getattr(old, name)) for name in ("sid", "ts", "val")))
+
+
 @pytest.mark.parametrize("path", ["runs", "generic"])
 @settings(max_examples=examples(200), deadline=None)
 @given(shapes, st.integers(0, 12).map(lambda k: 10.0 * k - 5.0))
@@ -61,7 +70,7 @@ def test_merge_trimmed_is_insert_then_trim(
     # Every merge on one path: unlimited runs, or none allowed.
     merge._MAX_RUNS, merge._RUN_SAMPLES = (10**9, 1) if path == "runs" else (-1, 10**9)
     try:
-        got = merge.merge_trimmed(old, new, keep_from, len(shape))
+        got = _merged(old, new, keep_from, len(shape))
     finally:
         merge._MAX_RUNS, merge._RUN_SAMPLES = saved
     assert got.sid.dtype == old.sid.dtype

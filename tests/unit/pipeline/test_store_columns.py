@@ -35,11 +35,11 @@ def test_each_old_column_goes_before_the_next_is_made(monkeypatch) -> None:
     real = merge.Moves.column
     alive_at: list[list[bool]] = []
 
-    def column(self: merge.Moves, i: int, src: Any) -> Any:
+    def column(self: merge.Moves, name: str, src: Any) -> Any:
         gc.collect()
         alive_at.append([ref() is not None for ref in old])
         assert store.held() is None  # a reader in another thread waits
-        return real(self, i, src)
+        return real(self, name, src)
 
     monkeypatch.setattr(merge.Moves, "column", column)
     _poll(store, 200.0)
@@ -51,15 +51,15 @@ def test_each_old_column_goes_before_the_next_is_made(monkeypatch) -> None:
     assert held.cols.ts[19] == 200.0 and held.cols.ts[0] == 10.0  # one in, one out
 
 
-@pytest.mark.parametrize("failing", [0, 1, 2])
-def test_a_failure_half_way_leaves_an_empty_consistent_store(monkeypatch, failing: int) -> None:
+@pytest.mark.parametrize("failing", ["sid", "ts", "val"])
+def test_a_failure_half_way_leaves_an_empty_consistent_store(monkeypatch, failing: str) -> None:
     store = _store()
     real = merge.Moves.column
 
-    def column(self: merge.Moves, i: int, src: Any) -> Any:
-        if i == failing:
+    def column(self: merge.Moves, name: str, src: Any) -> Any:
+        if name == failing:
             raise MemoryError("no room for column")
-        return real(self, i, src)
+        return real(self, name, src)
 
     monkeypatch.setattr(merge.Moves, "column", column)
     with pytest.raises(MemoryError):
@@ -84,9 +84,9 @@ def test_a_trim_replaces_the_columns_one_at_a_time(monkeypatch) -> None:
     real = SampleStore._replace_columns
 
     def replacing(self: SampleStore, make: Any) -> None:
-        def checked(i: int, column: Any) -> Any:
+        def checked(name: str, column: Any) -> Any:
             seen.append(self.held() is None)
-            return make(i, column)
+            return make(name, column)
 
         real(self, checked)
 
