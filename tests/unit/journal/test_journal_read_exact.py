@@ -2,7 +2,7 @@
 the set of (series, time, value) that was written, the last written of a repeated (series,
 time) included.
 
-Two properties: one on ``codec.samples_since`` with rows shuffled, split and interleaved, one
+Properties: one on ``codec.samples_since`` with rows shuffled, split and interleaved, one
 through the real ``Journal`` driving what puts a series' rows out of time order in a real
 file: a takeover (a second instance opens the file without loading it), a clock stepped
 back, and the clean-up that rewrites a row holding a sample ahead of the clock.
@@ -197,3 +197,25 @@ def test_file_ids_with_gaps_map_to_store_ids_and_unlisted_series_are_left_out(
         (listed.index(fid), ts): v for (fid, ts), v in _expected(written).items() if fid in listed
     }
     assert got == expected
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(
+    st.lists(st.lists(sample, min_size=1, max_size=12), min_size=1, max_size=4),
+    st.lists(st.sampled_from([-1, -(2**40), 2**31, 2**40, 6, 99]), min_size=1, max_size=4),
+)
+def test_ids_beyond_the_store_ids_or_negative_are_left_out(
+    cycles: list[list[tuple[int, float, float]]], strays: list[int]
+) -> None:
+    """A row holding a file id that no listed series has (negative, beyond the store's
+    32-bit ids, or simply not listed) gives back its listed series' samples and no other."""
+    rows, written = [], []
+    for k, cycle in enumerate(cycles):
+        sid = np.asarray([s for s, _, _ in cycle] + [strays[k % len(strays)]], np.int64)
+        ts = np.asarray([t for _, t, _ in cycle] + [1.0])
+        val = np.asarray([v for _, _, v in cycle] + [50.0])
+        rows.append(codec.encode(sid, ts, val)[3:])
+        written.extend(cycle)
+    got, refused = codec.samples_since(rows, np.arange(6), 0.0)
+    assert refused == codec.Refused()
+    assert _restored(got) == _expected(written)
