@@ -253,9 +253,7 @@ def window_stats(lay: Layout, window: Window) -> WindowStats:
     )
 
 
-def compute_windows(
-    cols: Columns, n_series: int, windows: tuple[Window, ...], end: int
-) -> dict[str, WindowStats]:
+def compute_windows(cols: Columns, windows: tuple[Window, ...], end: int) -> dict[str, WindowStats]:
     """Every window's statistics at once (``snapshot.build`` computes all but the longest
     on first read: ``pipeline.windows``)."""
     lay = layout(cols, windows, end)

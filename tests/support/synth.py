@@ -56,6 +56,6 @@ def node_names(series: Sequence[Series]) -> set[str]:
     return {labels["instance"].rsplit(":", 1)[0] for _, labels, _ in series}
 
 
-def one_window(cols: Columns, n_series: int, window: Window, end: int) -> WindowStats:
+def one_window(cols: Columns, window: Window, end: int) -> WindowStats:
     """The statistics of one window, as the service computes every window at once."""
-    return rollups.compute_windows(cols, n_series, (window,), end)[window.name]
+    return rollups.compute_windows(cols, (window,), end)[window.name]

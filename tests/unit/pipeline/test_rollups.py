@@ -65,7 +65,7 @@ def test_every_operator_matches_numpy(raw, window: Window, end: int) -> None:
         val = np.array([by_ts[int(t)] for t in ts], dtype=np.float64)
         inputs.append((ts, val))
         store.add([Series(f"n{i}", Resource.CPU, ts, val)])
-    stats = one_window(store.columns, len(store.keys), window, end)
+    stats = one_window(store.columns, window, end)
     expected_present = [
         i for i, (ts, _) in enumerate(inputs) if ((ts >= end - window.seconds) & (ts <= end)).any()
     ]
@@ -82,7 +82,7 @@ def test_window_is_closed_on_both_ends() -> None:
     store = SampleStore()
     ts = np.array([99.0, 100.0, 700.0, 1000.0, 1001.0])
     store.add([Series("n", Resource.CPU, ts, np.array([1.0, 2.0, 3.0, 4.0, 5.0]))])
-    stats = one_window(store.columns, 1, W15, 1000)
+    stats = one_window(store.columns, W15, 1000)
     assert stats.count.tolist() == [3]
     assert stats.values[Operator.AVG].tolist() == [3.0]
     assert stats.values[Operator.LATEST].tolist() == [4.0]
@@ -92,7 +92,7 @@ def test_constant_series_has_exact_mean_and_zero_std() -> None:
     store = SampleStore()
     ts = np.arange(0.0, 900.0, 15.0)
     store.add([Series("n", Resource.MEMORY, ts, np.full(ts.shape, 1.6))])
-    stats = one_window(store.columns, 1, W15, 900)
+    stats = one_window(store.columns, W15, 900)
     assert stats.values[Operator.AVG][0] == 1.6
     assert stats.values[Operator.STD][0] == 0.0
 
@@ -100,11 +100,11 @@ def test_constant_series_has_exact_mean_and_zero_std() -> None:
 def test_single_sample_and_empty_window() -> None:
     store = SampleStore()
     store.add([Series("n", Resource.CPU, np.array([500.0]), np.array([42.5]))])
-    one = one_window(store.columns, 1, W15, 600)
+    one = one_window(store.columns, W15, 600)
     assert {op: float(v[0]) for op, v in one.values.items()} == {
         op: (0.0 if op is Operator.STD else 42.5) for op in one.values
     }
-    none = one_window(store.columns, 1, WINDOWS[0], 2000)
+    none = one_window(store.columns, WINDOWS[0], 2000)
     assert none.sids.size == 0 and all(v.size == 0 for v in none.values.values())
 
 
@@ -128,9 +128,9 @@ def test_window_bounds_are_whole_seconds() -> None:
 @given(series_strategy, st.integers(0, 2100))
 def test_all_windows_at_once_equal_each_window_alone(raw, end: int) -> None:
     store = _store_of(raw)
-    together = rollups.compute_windows(store.columns, len(store.keys), WINDOWS, end)
+    together = rollups.compute_windows(store.columns, WINDOWS, end)
     for window in WINDOWS:
-        alone = one_window(store.columns, len(store.keys), window, end)
+        alone = one_window(store.columns, window, end)
         assert together[window.name].sids.tolist() == alone.sids.tolist()
         for op, values in alone.values.items():
             assert together[window.name].values[op].tolist() == values.tolist()
@@ -211,11 +211,11 @@ def test_a_window_laid_out_a_few_rows_at_a_time_is_the_same(raw, end: int, block
     """Past ``BLOCK_VALUES`` a window's rows are laid out and sorted in turn: the figures
     are those of one block (a cluster's rows exceed it only at thousands of nodes)."""
     store = _store_of(raw)
-    whole = rollups.compute_windows(store.columns, len(store.keys), WINDOWS, end)
+    whole = rollups.compute_windows(store.columns, WINDOWS, end)
     saved = rollups.BLOCK_VALUES
     rollups.BLOCK_VALUES = block
     try:
-        in_turn = rollups.compute_windows(store.columns, len(store.keys), WINDOWS, end)
+        in_turn = rollups.compute_windows(store.columns, WINDOWS, end)
     finally:
         rollups.BLOCK_VALUES = saved
     for name, stats in whole.items():

@@ -108,10 +108,10 @@ def test_every_window_matches_the_per_series_reference(specs, end: int) -> None:
             store.add([Series(f"n{len(inputs)}", Resource.CPU, ts, val)])
             inputs.append((ts, val))
     cols = store.columns
-    together = rollups.compute_windows(cols, len(store.keys), WINDOWS, end)
+    together = rollups.compute_windows(cols, WINDOWS, end)
     shuffled = np.random.default_rng(end).permutation(len(cols))
     unordered = Columns(cols.sid[shuffled], cols.ts[shuffled], cols.val[shuffled])
-    again = rollups.compute_windows(unordered, len(store.keys), WINDOWS, end)
+    again = rollups.compute_windows(unordered, WINDOWS, end)
     for window in WINDOWS:
         stats = together[window.name]
         start = end - window.seconds
@@ -142,7 +142,7 @@ def test_corroboration_means_equal_the_rollups_avg(specs, end: int) -> None:
         rng = np.random.default_rng(seed)
         ts = times(time_kind, end, rng)
         store.add([Series(f"n{i}", Resource.CPU, ts, values(value_kind, ts.shape[0], rng))])
-    stats = one_window(store.columns, len(store.keys), WINDOWS[0], end)
+    stats = one_window(store.columns, WINDOWS[0], end)
     sids, means = corroboration.window_means(store.columns, WINDOWS[0], end)
     assert sids.tolist() == stats.sids.tolist()
     assert means == pytest.approx(stats.values[Operator.AVG], rel=1e-13, abs=1e-13)
@@ -169,7 +169,7 @@ def test_long_series_among_many_short_ones_get_their_own_rows() -> None:
 
 def test_no_samples_at_all() -> None:
     empty = SampleStore()
-    for stats in rollups.compute_windows(empty.columns, 0, WINDOWS, 1000).values():
+    for stats in rollups.compute_windows(empty.columns, WINDOWS, 1000).values():
         assert stats.sids.size == 0 and stats.count.size == 0 and stats.newest.size == 0
         assert set(stats.values) == set(Operator) and all(
             v.size == 0 for v in stats.values.values()

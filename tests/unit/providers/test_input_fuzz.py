@@ -75,7 +75,7 @@ def ingest(series: list[Series]) -> None:
     assert np.all(np.isfinite(cols.val)) and np.all(np.isfinite(cols.ts))
     assert np.all((cols.val >= 0) & (cols.val <= 101))
     for window in WINDOWS:
-        stats = one_window(cols, len(store.keys), window, 2_000_000_000)
+        stats = one_window(cols, window, 2_000_000_000)
         for values in stats.values.values():
             assert all(math.isfinite(v) and 0 <= v <= 101 for v in values.tolist())
 

@@ -87,7 +87,7 @@ def assert_sane(batch: SeriesBatch) -> None:
     assert np.all(np.isfinite(store.columns.val))
     assert np.all((store.columns.val >= 0) & (store.columns.val <= 101))
     for window in WINDOWS:
-        stats = one_window(store.columns, len(store.keys), window, 2000)
+        stats = one_window(store.columns, window, 2000)
         for values in stats.values.values():
             assert all(math.isfinite(v) and 0 <= v <= 101 for v in values.tolist())
 
