@@ -24,6 +24,7 @@ _SID = np.dtype("<i8")
 _F64 = np.dtype("<f8")
 # The store's series ids (``pipeline.store.SID``): read as such, the store takes them as they are.
 STORE_ID = np.int32
+_ID_MAX = np.iinfo(STORE_ID).max
 
 INSERT = "INSERT INTO chunks (ts_min, ts_max, n, sid, ts, val, crc) VALUES (?, ?, ?, ?, ?, ?, ?)"
 
@@ -145,101 +146,108 @@ def plausible(ts: np.ndarray, val: np.ndarray, until: float) -> np.ndarray:
 
 
 class Reader:
-    """The journal's samples read in two passes over the same chunk rows, each a batch at
-    a time: ``count`` decodes and checks each row and counts the samples it keeps per
-    series; ``place`` decodes them again and puts each sample straight in its place in
-    columns of the final size, each series' samples in file order. ``samples`` then puts
-    them in (series, time) order.
+    """Chunk rows taken a batch at a time (``add``): each batch is decoded, checked and cut
+    to its plausible samples from ``since`` to ``until`` at once, so that a journal's bytes
+    are never held whole beside its samples; ``samples`` then joins what was kept."""
 
-    Reading twice costs a second decoding; in exchange the read holds the result's columns
-    and one batch, 20 bytes a sample, where a single pass must hold the samples in parts and
-    then the columns they go into (28 bytes a sample with a counting sort, 36 with a sort
-    by series): at 20,000 nodes that set a restart's peak above the cold start's.
-    ``ids[i]`` is the file id of store series ``i``; samples of a file id not listed (a
-    series forgotten, a resource this version does not know) are left out.
-    """
-
-    def __init__(self, ids: np.ndarray, since: float, until: float = np.inf) -> None:
+    def __init__(self, since: float, until: float = np.inf) -> None:
         self.since, self.until = since, until
         self.refused = Refused()
-        n_series = ids.shape[0]
-        # Ids are dense 0..n-1 as written; mapped through a lookup anyway in case of gaps.
-        # Sized by the series listed, not by the ids found: a row may hold any id.
-        self._lookup = np.full(int(ids.max()) + 1 if n_series else 0, -1, STORE_ID)
-        self._lookup[ids] = np.arange(n_series)
-        self._counts = np.zeros(n_series, np.int64)
-        self._ts = self._val = _NOTHING
-        self._cursor = self._ends = np.empty(0, np.int64)
-        self._placing = False
+        self._parts: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]] = ([], [], [])
 
-    def count(self, chunks: list[Any]) -> list[bool]:
-        """First pass: take chunk rows ``(sid, ts, val, crc)``; for each, whether it is
-        damaged or holds an implausible sample (what the clean-up deletes or rewrites)."""
-        if self._placing:
-            raise RuntimeError("count after place")
+    def add(self, chunks: list[Any]) -> list[bool]:
+        """Take chunk rows ``(sid, ts, val, crc)``; for each, whether it is damaged or holds
+        an implausible sample (what the clean-up deletes or rewrites)."""
         suspect = []
         damaged = implausible = 0
         for row in chunks:
-            sid, _, _, bad, wrong = self._kept(row)
+            fid, ts, val, bad = decode([row])
+            sound = plausible(ts, val, self.until)
+            wrong = int(sound.shape[0] - np.count_nonzero(sound))
             damaged, implausible = damaged + bad, implausible + wrong
             suspect.append(bool(bad or wrong))
-            self._counts += np.bincount(sid, minlength=self._counts.shape[0])
+            keep = sound & (ts >= self.since)
+            if not bool(keep.all()):
+                fid, ts, val = fid[keep], ts[keep], val[keep]
+            if fid.shape[0] and int(fid.min()) >= 0 and int(fid.max()) <= _ID_MAX:
+                fid = fid.astype(STORE_ID)  # half the bytes while the rest of the file is read
+            for part, column in zip(self._parts, (fid, ts, val), strict=True):
+                part.append(column)
         self.refused = Refused(
             self.refused.damaged_rows + damaged, self.refused.implausible + implausible
         )
         return suspect
 
-    def place(self, chunks: list[Any]) -> None:
-        """Second pass: the same rows, in the same order, as ``count`` took them. Raises
-        ``ValueError`` if they hold more samples of a series than counted."""
-        if not self._placing:
-            self._placing = True
-            self._ends = np.cumsum(self._counts)
-            self._cursor = self._ends - self._counts
-            self._ts = np.empty(int(self._ends[-1]) if self._ends.shape[0] else 0)
-            self._val = np.empty(self._ts.shape[0])
-        for row in chunks:
-            sid, ts, val, _, _ = self._kept(row)
-            order = np.argsort(sid, kind="stable")
-            mine = sid[order]
-            added = np.bincount(mine, minlength=self._counts.shape[0])
-            if bool(np.any(self._cursor + added > self._ends)):
-                raise ValueError("the journal's rows changed between the two reads")
-            # Each sample's rank among its series' samples in this row, in file order.
-            first = np.ones(mine.shape[0], bool)
-            first[1:] = mine[1:] != mine[:-1]
-            at = np.arange(mine.shape[0])
-            rank = at - np.maximum.accumulate(np.where(first, at, 0))
-            place = self._cursor[mine] + rank
-            self._ts[place] = ts[order]
-            self._val[place] = val[order]
-            self._cursor += added
+    def samples(self, ids: np.ndarray) -> Columns:
+        """What was kept, in store ids (``ids[i]`` is the file id of store series ``i``) and
+        (series, time) order; the parts are given up as they are placed.
 
-    def samples(self) -> Columns:
-        """What was kept, in store ids and (series, time) order. Raises ``ValueError`` if
-        ``place`` did not see every sample ``count`` counted."""
-        if not np.array_equal(self._cursor, self._ends) or (
-            not self._placing and bool(self._counts.any())
-        ):
-            raise ValueError("the journal's rows changed between the two reads")
-        counts, ts, val = self._counts, self._ts, self._val
-        self._ts = self._val = _NOTHING
+        A counting sort: each series' samples go straight to their place in the result, in
+        file order, one column at a time. A sort by series would hold an order array and a
+        reordered copy of a column beside the columns (36 bytes a sample at the peak); this
+        holds each part's places instead of its file ids and one result column (28).
+        """
+        fids, tss, vals = self._parts
+        places, counts = _places(fids, ids)
+        fids.clear()
+        ts = _scattered(places, tss, int(counts.sum()))
+        val = _scattered(places, vals, ts.shape[0])
+        places.clear()
         sid = np.repeat(np.arange(counts.shape[0], dtype=STORE_ID), counts)
         return _time_ordered([sid, ts, val])
 
-    def _kept(self, row: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
-        """A row's samples that are kept (in store ids), and how many were damaged rows
-        and implausible samples."""
-        fid, ts, val, bad = decode([row])
-        sound = plausible(ts, val, self.until)
-        wrong = int(sound.shape[0] - np.count_nonzero(sound))
+
+def _places(fids: list[np.ndarray], ids: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """Where each part's samples go in the result (-1: a series the file does not list, or
+    of a resource this version does not know), and how many samples each store series has.
+    A series' samples keep their file order, as a stable sort by series would."""
+    n_series = ids.shape[0]
+    # Ids are dense 0..n-1 as written; mapped through a lookup anyway in case of gaps.
+    # Sized by the series listed, not by the ids found: a row may hold any id.
+    lookup = np.full(int(ids.max()) + 1 if n_series else 0, -1, STORE_ID)
+    lookup[ids] = np.arange(n_series)
+    sids = []
+    counts = np.zeros(n_series, np.int64)
+    for fid in fids:
+        inside = (fid >= 0) & (fid < lookup.shape[0])
         sid = np.full(fid.shape[0], -1, STORE_ID)
-        inside = (fid >= 0) & (fid < self._lookup.shape[0])
-        sid[inside] = self._lookup[fid[inside]]
-        keep = sound & (ts >= self.since) & (sid >= 0)
-        if not bool(keep.all()):
-            sid, ts, val = sid[keep], ts[keep], val[keep]
-        return sid, ts, val, bad, wrong
+        sid[inside] = lookup[fid[inside]]
+        sids.append(sid)
+        counts += np.bincount(sid[sid >= 0], minlength=n_series)
+    cursor = np.cumsum(counts) - counts
+    kind = np.int32 if int(counts.sum()) < np.iinfo(np.int32).max else np.int64
+    places = []
+    for sid in sids:
+        listed = np.flatnonzero(sid >= 0)
+        own = sid[listed]
+        order = np.argsort(own, kind="stable")
+        mine = own[order]
+        # Each sample's rank among its series' samples in this part, in file order.
+        first = np.ones(mine.shape[0], bool)
+        first[1:] = mine[1:] != mine[:-1]
+        at = np.arange(mine.shape[0])
+        rank = at - np.maximum.accumulate(np.where(first, at, 0))
+        place = np.full(sid.shape[0], -1, kind)
+        place[listed[order]] = cursor[mine] + rank
+        cursor += np.bincount(own, minlength=n_series)
+        places.append(place)
+    return places, counts
+
+
+def _scattered(places: list[np.ndarray], parts: list[np.ndarray], total: int) -> np.ndarray:
+    """One result column from its parts, each part given up once placed."""
+    column = np.empty(total, np.float64)
+    for k, place in enumerate(places):
+        part = parts[k]
+        parts[k] = _NOTHING
+        listed = place >= 0
+        if bool(listed.all()):
+            column[place] = part
+        else:
+            column[place[listed]] = part[listed]
+        del part
+    parts.clear()
+    return column
 
 
 _NOTHING = np.empty(0, np.float64)
@@ -250,10 +258,9 @@ def samples_since(
 ) -> tuple[Columns, Refused]:
     """The chunk rows' plausible samples from ``since`` to ``until``, in store ids (``ids[i]``
     is the file id of store series ``i``) and (series, time) order, and what was refused."""
-    reader = Reader(ids, since, until)
-    reader.count(rows)
-    reader.place(rows)
-    return reader.samples(), reader.refused
+    reader = Reader(since, until)
+    reader.add(rows)
+    return reader.samples(ids), reader.refused
 
 
 def _time_ordered(cols: list[np.ndarray]) -> Columns:
@@ -269,42 +276,23 @@ def _time_ordered(cols: list[np.ndarray]) -> Columns:
     # clean-up's re-appended row put a series' rows out of time order, and then a lexsort
     # reorders the three columns. Equal (series, time) rows still come in file order: the
     # lexsort is stable and each series' rows were in file order.
-    if not _all_pairs(cols[0], cols[1], _in_order):
-        order = np.lexsort((cols[1], cols[0]))  # stable: equal keys keep the order they have
+    sid, ts = cols[0], cols[1]
+    same = sid[1:] == sid[:-1]
+    # Flags, not the times where ``same`` holds: those would be two more time columns.
+    if not bool(np.all((ts[1:] >= ts[:-1]) | ~same)):
+        order = np.lexsort((ts, sid))  # stable: equal keys keep the order they have
+        del sid, ts, same
         _reorder(cols, order)
         del order
-    sid, ts, val = cols
+        sid, ts = cols[0], cols[1]
+        same = sid[1:] == sid[:-1]
+    val = cols[2]
     cols.clear()
-    if _all_pairs(sid, ts, _apart):
-        return Columns(sid, ts, val)
     last = np.ones(sid.shape[0], bool)
-    last[:-1] = _apart(sid[:-1], sid[1:], ts[:-1], ts[1:])
+    last[:-1] = ~same | (ts[1:] != ts[:-1])
+    if bool(last.all()):
+        return Columns(sid, ts, val)
     return Columns(sid[last], ts[last], val[last])
-
-
-def _in_order(sid: np.ndarray, sid_next: np.ndarray, ts: np.ndarray, ts_next: np.ndarray) -> Any:
-    """Whether each row comes before the next in time, or the next is another series."""
-    return (ts_next >= ts) | (sid_next != sid)
-
-
-def _apart(sid: np.ndarray, sid_next: np.ndarray, ts: np.ndarray, ts_next: np.ndarray) -> Any:
-    """Whether each row differs from the next in series or time (is the last of its time)."""
-    return (ts_next != ts) | (sid_next != sid)
-
-
-def _all_pairs(sid: np.ndarray, ts: np.ndarray, holds: Any) -> bool:
-    """Whether ``holds`` is true of every two consecutive rows, a stretch of rows at a time:
-    its flags for every row at once were the read's peak (a few bytes a sample)."""
-    n = sid.shape[0]
-    for a in range(0, max(n - 1, 0), _CHECKED):
-        b = min(a + _CHECKED, n - 1)
-        if not bool(np.all(holds(sid[a:b], sid[a + 1 : b + 1], ts[a:b], ts[a + 1 : b + 1]))):
-            return False
-    return True
-
-
-# Rows compared at a time by ``_all_pairs``.
-_CHECKED = 1 << 18
 
 
 def _reorder(cols: list[np.ndarray], order: np.ndarray) -> None:

@@ -50,10 +50,8 @@ from loadwatcher.journal import codec, fileids, identity, lock, schema
 from loadwatcher.model import Columns, Resource
 
 _RESOURCES = {str(r): r for r in Resource}
-_CHUNKS = "SELECT id, sid, ts, val, crc FROM chunks WHERE ts_max >= ? ORDER BY id"
-# Chunk rows read at a time at start (each at most codec.ROW_SAMPLES samples, 1.5 MB): with
-# the result's columns made at once, a batch of eight was the peak of a restart's read.
-READ_ROWS = 2
+# Chunk rows read at a time at start (each at most codec.ROW_SAMPLES samples, 1.5 MB).
+READ_ROWS = 8
 _PUT_SNAPSHOT = "INSERT OR REPLACE INTO snapshot (id, taken_at, body) VALUES (1, ?, ?)"
 _PUT_NEXT_ID = "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_series_id', ?)"
 
@@ -206,36 +204,29 @@ class Journal:
         """Every series and the plausible samples from ``since`` to ``until``, time-ordered
         per series; damaged rows are left out and counted."""
         db = self._conn()
+        reader = codec.Reader(since, until)
         suspect: list[Any] = []  # the rows the clean-up deletes or rewrites
         try:
             async with db.execute("SELECT id, node, resource FROM series ORDER BY id") as cur:
                 rows = list(await cur.fetchall())
-            # A dict, not Resource(name): the enum's constructor is slow for many series.
-            known = [(r[0], r[1], res) for r in rows if (res := _RESOURCES.get(str(r[2])))]
-            keys = [(str(node), resource) for _, node, resource in known]
-            ids = np.asarray([int(r[0]) for r in known], np.int64)
-            del rows, known
-            reader = codec.Reader(ids, since, until)
-            # Two passes (``codec.Reader``): count, then place. A few rows at a time, each
-            # batch decoded off the event loop (which may already serve the snapshot
-            # restored before the samples). This process holds the journal's lock and
-            # writes nothing while it reads, so both passes see the same rows (checked).
-            async with db.execute(_CHUNKS, (since,)) as cur:
+            async with db.execute(
+                "SELECT id, sid, ts, val, crc FROM chunks WHERE ts_max >= ? ORDER BY id",
+                (since,),
+            ) as cur:
+                # A few rows at a time, each batch decoded off the event loop (which may
+                # already serve the snapshot restored before the samples).
                 while batch := list(await cur.fetchmany(READ_ROWS)):
-                    flags = await asyncio.to_thread(reader.count, [row[1:] for row in batch])
+                    flags = await asyncio.to_thread(reader.add, [row[1:] for row in batch])
                     suspect += [row for row, bad in zip(batch, flags, strict=True) if bad]
                     del batch
-            async with db.execute(_CHUNKS, (since,)) as cur:
-                while batch := list(await cur.fetchmany(READ_ROWS)):
-                    await asyncio.to_thread(reader.place, [row[1:] for row in batch])
-                    del batch
-        except (sqlite3.Error, ValueError) as exc:  # ValueError: rows changed between passes
+        except sqlite3.Error as exc:
             raise JournalError(f"cannot read samples from {self.path}: {exc}") from exc
-        self.ids.loaded(keys, ids)  # store id i <-> the series of file id ids[i]
-        try:
-            samples = await asyncio.to_thread(reader.samples)
-        except ValueError as exc:
-            raise JournalError(f"cannot read samples from {self.path}: {exc}") from exc
+        # A dict, not Resource(name): the enum's constructor is slow for many series.
+        known = [(r[0], r[1], resource) for r in rows if (resource := _RESOURCES.get(str(r[2])))]
+        keys = [(str(node), resource) for _, node, resource in known]
+        ids = np.asarray([int(r[0]) for r in known], np.int64)
+        self.ids.loaded(keys, ids)  # store id i <-> known[i]
+        samples = await asyncio.to_thread(reader.samples, ids)
         refused = reader.refused
         if self.on_refused is not None:
             self.on_refused(refused)

@@ -14,7 +14,6 @@ import asyncio
 import itertools
 import random
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from hypothesis import HealthCheck, example, given, settings
@@ -71,23 +70,14 @@ def test_the_read_gives_back_what_was_written_whatever_the_row_order(
     got, refused = codec.samples_since(rows, np.arange(6), 0.0)
     assert refused == codec.Refused()
     assert _restored(got) == _expected(written)
-    # Read a few rows at a time, as a restart reads the file, the two passes in batches of
-    # their own: the same samples.
-    reader = codec.Reader(np.arange(6), 0.0)
-    for batch in _batches(rows, rnd):
-        assert reader.count(batch) == [False] * len(batch)
-    for batch in _batches(rows, rnd):
-        reader.place(batch)
-    assert _restored(reader.samples()) == _expected(written)
-
-
-def _batches(rows: list[Any], rnd: random.Random) -> list[list[Any]]:
-    out, at = [], 0
+    # Read a few rows at a time, as a restart reads the file: the same samples.
+    reader = codec.Reader(0.0)
+    at = 0
     while at < len(rows):
         step = rnd.randint(1, 3)
-        out.append(rows[at : at + step])
+        assert reader.add(rows[at : at + step]) == [False] * len(rows[at : at + step])
         at += step
-    return out
+    assert _restored(reader.samples(np.arange(6))) == _expected(written)
 
 
 _FILES = itertools.count()
@@ -196,12 +186,13 @@ def test_file_ids_with_gaps_map_to_store_ids_and_unlisted_series_are_left_out(
         sid, ts, val = (np.asarray(c) for c in zip(*cycle, strict=True))
         rows.append(codec.encode(sid.astype(np.int64), ts.astype(float), val)[3:])
         written.extend(cycle)
-    reader = codec.Reader(np.asarray(listed, np.int64), 0.0)
-    for part in _batches(rows, rnd):
-        reader.count(part)
-    for part in _batches(rows, rnd):
-        reader.place(part)
-    got = _restored(reader.samples())
+    reader = codec.Reader(0.0)
+    at = 0
+    while at < len(rows):
+        step = rnd.randint(1, 3)
+        reader.add(rows[at : at + step])
+        at += step
+    got = _restored(reader.samples(np.asarray(listed, np.int64)))
     expected = {
         (listed.index(fid), ts): v for (fid, ts), v in _expected(written).items() if fid in listed
     }
@@ -227,64 +218,4 @@ def test_ids_beyond_the_store_ids_or_negative_are_left_out(
         written.extend(cycle)
     got, refused = codec.samples_since(rows, np.arange(6), 0.0)
     assert refused == codec.Refused()
-    assert _restored(got) == _expected(written)
-
-
-@settings(max_examples=examples(100), deadline=None)
-@given(
-    st.lists(st.lists(sample, min_size=1, max_size=12), min_size=2, max_size=5),
-    st.sampled_from(["more", "fewer", "other"]),
-    st.randoms(),
-)
-def test_rows_that_change_between_the_two_passes_are_an_error_not_wrong_samples(
-    cycles: list[list[tuple[int, float, float]]], change: str, rnd: random.Random
-) -> None:
-    """The second pass must see the rows the first counted. More samples of a series, or
-    fewer, raise instead of serving a mix of two files. A row swapped for another with the
-    same count per series gives that row's samples: never a gap or a stale one."""
-    rows = []
-    for cycle in cycles:
-        sid, ts, val = (np.asarray(c) for c in zip(*cycle, strict=True))
-        rows.append(codec.encode(sid.astype(np.int64), ts.astype(float), val)[3:])
-    reader = codec.Reader(np.arange(6), 0.0)
-    reader.count(rows)
-    if change == "more":
-        changed = [*rows, rows[rnd.randrange(len(rows))]]
-    elif change == "fewer":
-        changed = rows[:-1]
-    else:
-        changed = rows[1:] + rows[:1]  # the same samples in another order
-    try:
-        for part in _batches(changed, rnd):
-            reader.place(part)
-        got = reader.samples()
-    except ValueError:
-        assert change != "other"
-        return
-    assert change == "other"
-    assert len(got) == len(set(zip(got.sid.tolist(), got.ts.tolist(), strict=True)))
-
-
-@settings(max_examples=examples(200), deadline=None)
-@given(
-    st.lists(st.lists(sample, min_size=1, max_size=12), min_size=1, max_size=6),
-    st.sampled_from([1, 2, 3]),
-    st.randoms(),
-)
-def test_order_and_duplicates_are_checked_across_stretches(
-    cycles: list[list[tuple[int, float, float]]], stretch: int, rnd: random.Random
-) -> None:
-    """The read checks time order and repeated times a stretch of rows at a time: a pair
-    of rows on either side of a stretch's end is checked as any other."""
-    rows, written = [], []
-    for cycle in cycles:
-        rnd.shuffle(cycle)
-        sid, ts, val = (np.asarray(c) for c in zip(*cycle, strict=True))
-        rows.append(codec.encode(sid.astype(np.int64), ts.astype(float), val)[3:])
-        written.extend(cycle)
-    default, codec._CHECKED = codec._CHECKED, stretch
-    try:
-        got, _ = codec.samples_since(rows, np.arange(6), 0.0)
-    finally:
-        codec._CHECKED = default
     assert _restored(got) == _expected(written)
