@@ -148,7 +148,7 @@ def plausible(ts: np.ndarray, val: np.ndarray, until: float) -> np.ndarray:
 class Reader:
     """Chunk rows taken a batch at a time (``add``): each batch is decoded, checked and cut
     to its plausible samples from ``since`` to ``until`` at once, so that a journal's bytes
-    are never held whole beside its samples; ``samples`` then joins what was kept."""
+    are never held whole beside its samples; ``samples`` then puts what was kept in place."""
 
     def __init__(self, since: float, until: float = np.inf) -> None:
         self.since, self.until = since, until
@@ -185,11 +185,10 @@ class Reader:
         A counting sort: each series' samples go straight to their place in the result, in
         file order, one column at a time. A sort by series would hold an order array and a
         reordered copy of a column beside the columns (36 bytes a sample at the peak); this
-        holds each part's places instead of its file ids and one result column (28).
+        holds each part's places in place of its file ids, and one result column (28).
         """
-        fids, tss, vals = self._parts
-        places, counts = _places(fids, ids)
-        fids.clear()
+        places, tss, vals = self._parts
+        counts = _places(places, ids)
         ts = _scattered(places, tss, int(counts.sum()))
         val = _scattered(places, vals, ts.shape[0])
         places.clear()
@@ -197,27 +196,29 @@ class Reader:
         return _time_ordered([sid, ts, val])
 
 
-def _places(fids: list[np.ndarray], ids: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
-    """Where each part's samples go in the result (-1: a series the file does not list, or
-    of a resource this version does not know), and how many samples each store series has.
-    A series' samples keep their file order, as a stable sort by series would."""
+def _places(parts: list[np.ndarray], ids: np.ndarray) -> np.ndarray:
+    """Replace each part of file ids by where its samples go in the result (-1: a series
+    the file does not list, or of a resource this version does not know); returns how many
+    samples each store series has. A series' samples keep their file order, as a stable
+    sort by series would."""
     n_series = ids.shape[0]
     # Ids are dense 0..n-1 as written; mapped through a lookup anyway in case of gaps.
     # Sized by the series listed, not by the ids found: a row may hold any id.
     lookup = np.full(int(ids.max()) + 1 if n_series else 0, -1, STORE_ID)
     lookup[ids] = np.arange(n_series)
-    sids = []
+    # Each part's file ids, then its store ids, then its places take the same slot of
+    # ``parts``: one of them per part is held at a time.
     counts = np.zeros(n_series, np.int64)
-    for fid in fids:
+    for k, fid in enumerate(parts):
         inside = (fid >= 0) & (fid < lookup.shape[0])
         sid = np.full(fid.shape[0], -1, STORE_ID)
         sid[inside] = lookup[fid[inside]]
-        sids.append(sid)
+        parts[k] = sid
+        del fid
         counts += np.bincount(sid[sid >= 0], minlength=n_series)
     cursor = np.cumsum(counts) - counts
     kind = np.int32 if int(counts.sum()) < np.iinfo(np.int32).max else np.int64
-    places = []
-    for sid in sids:
+    for k, sid in enumerate(parts):
         listed = np.flatnonzero(sid >= 0)
         own = sid[listed]
         order = np.argsort(own, kind="stable")
@@ -230,8 +231,9 @@ def _places(fids: list[np.ndarray], ids: np.ndarray) -> tuple[list[np.ndarray], 
         place = np.full(sid.shape[0], -1, kind)
         place[listed[order]] = cursor[mine] + rank
         cursor += np.bincount(own, minlength=n_series)
-        places.append(place)
-    return places, counts
+        parts[k] = place
+        del sid
+    return counts
 
 
 def _scattered(places: list[np.ndarray], parts: list[np.ndarray], total: int) -> np.ndarray:
