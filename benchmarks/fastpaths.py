@@ -116,10 +116,10 @@ def plain_encode(snap: Any, window: str, fmt: Any, only: str | None = None) -> b
     return None if only is not None and not nodes else formats.encode(doc)
 
 
-def plain_encode_parts(snap: Any, window: str, fmt: Any, only: str | None = None) -> Any:
-    """``encode_parts`` (what publishing calls) as its plain twin: the one-part body."""
+def plain_encode_runs(snap: Any, window: str, fmt: Any, only: str | None = None) -> Any:
+    """``encode_runs`` (what publishing calls) as its plain twin: one run of one part."""
     body = plain_encode(snap, window, fmt, only)
-    return None if body is None else [body]
+    return None if body is None else iter([[body]])
 
 
 class Switch:
@@ -136,7 +136,7 @@ class Switch:
             self._swap(provider, "parse_answer", "answer", plain_answer)
         if present("encode"):
             fastencode = importlib.import_module(PATHS["encode"][3])
-            self._swap(fastencode, "encode_parts", "encode", plain_encode_parts)
+            self._swap(fastencode, "encode_runs", "encode", plain_encode_runs)
 
     def _swap(self, module: Any, attr: str, path: str, plain: Callable[..., Any]) -> None:
         fast = getattr(module, attr)
@@ -169,8 +169,8 @@ def _same_body(snap: Any) -> None:
     """The fast encoder and its plain twin give the same bytes for this snapshot."""
     if present("encode"):
         window = formats.pick_window(snap, None)
-        parts = importlib.import_module(PATHS["encode"][3]).encode_parts
-        if b"".join(parts(snap, window, formats.Format.DEFAULT)) != plain_encode(
+        encode = importlib.import_module(PATHS["encode"][3]).encode
+        if encode(snap, window, formats.Format.DEFAULT) != plain_encode(
             snap, window, formats.Format.DEFAULT
         ):
             raise RuntimeError("fastencode and formats.document give different bodies")

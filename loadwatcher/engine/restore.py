@@ -64,7 +64,7 @@ async def restore(
         await serve_and_say(saved)
     keep_from = clock() - retention_s
     stored = await journal.load_samples(load_from(saved, keep_from, retention_s), until)
-    await asyncio.to_thread(store.load, stored.keys, stored.samples)
+    await asyncio.to_thread(store.load, stored.keys, stored.samples, stored.markers)
     # The read's rows and sort left heap the first poll would otherwise pile onto (a restart's
     # backfill comes next): give it back now, not after that poll.
     if len(store.columns):

@@ -187,13 +187,25 @@ class Reader:
         reordered copy of a column beside the columns (36 bytes a sample at the peak); this
         holds each part's places in place of its file ids, and one result column (28).
         """
+        cols = self._placed(ids)
+        _time_ordered(cols)
+        return Columns(*cols)
+
+    def samples_and_markers(self, ids: np.ndarray) -> tuple[Columns, Columns]:
+        """``samples`` with the staleness markers apart, as the store holds them. Split
+        here, where the columns have no other holder: a split of ``samples``' result
+        would hold a copy of the three columns beside them."""
+        cols = self._placed(ids)
+        _time_ordered(cols)
+        return _split_markers(cols)
+
+    def _placed(self, ids: np.ndarray) -> list[np.ndarray]:
         places, tss, vals = self._parts
         counts = _places(places, ids)
         ts = _scattered(places, tss, int(counts.sum()))
         val = _scattered(places, vals, ts.shape[0])
         places.clear()
-        sid = np.repeat(np.arange(counts.shape[0], dtype=STORE_ID), counts)
-        return _time_ordered([sid, ts, val])
+        return [np.repeat(np.arange(counts.shape[0], dtype=STORE_ID), counts), ts, val]
 
 
 def _places(parts: list[np.ndarray], ids: np.ndarray) -> np.ndarray:
@@ -265,10 +277,10 @@ def samples_since(
     return reader.samples(ids), reader.refused
 
 
-def _time_ordered(cols: list[np.ndarray]) -> Columns:
-    """(series, time) order with one sample per (series, time), the last written winning,
-    of ``cols`` (series, time, value) in series order, each series' rows in file order;
-    ``cols`` is owned: each column is given up as soon as its reordered copy is made.
+def _time_ordered(cols: list[np.ndarray]) -> None:
+    """Put ``cols`` (series, time, value; in series order, each series' rows in file order)
+    in (series, time) order with one sample per (series, time), the last written winning;
+    each column is given up as soon as its replacement is made.
 
     Duplicates only arise when a journal opened late received samples an earlier run had
     already written (the store of this run did not know them).
@@ -288,17 +300,33 @@ def _time_ordered(cols: list[np.ndarray]) -> Columns:
         del order
         sid, ts = cols[0], cols[1]
         same = sid[1:] == sid[:-1]
-    val = cols[2]
-    cols.clear()
     last = np.ones(sid.shape[0], bool)
     last[:-1] = ~same | (ts[1:] != ts[:-1])
-    if bool(last.all()):
-        return Columns(sid, ts, val)
-    return Columns(sid[last], ts[last], val[last])
+    del sid, ts, same
+    if not bool(last.all()):
+        _reorder(cols, last)
+
+
+def _split_markers(cols: list[np.ndarray]) -> tuple[Columns, Columns]:
+    """The samples of ``cols`` (series, time, value) and apart their staleness markers,
+    each column given up as soon as its two parts are made."""
+    marker = stale(cols[2])
+    if not bool(marker.any()):
+        # Empty columns of their own: a view ``c[:0]`` would hold the whole column.
+        return Columns(*cols), Columns(*(np.empty(0, c.dtype) for c in cols))
+    kept = ~marker
+    samples: list[np.ndarray] = []
+    markers: list[np.ndarray] = []
+    while cols:
+        column = cols.pop(0)
+        samples.append(column[kept])
+        markers.append(column[marker])
+        del column
+    return Columns(*samples), Columns(*markers)
 
 
 def _reorder(cols: list[np.ndarray], order: np.ndarray) -> None:
-    """Each column of ``cols`` put in ``order``, one at a time: each old column is given up
-    as soon as its reordered copy is made."""
+    """Each column of ``cols`` indexed by ``order`` (a permutation or a mask), one at a
+    time: each old column is given up as soon as its new one is made."""
     for i in range(len(cols)):
         cols[i] = cols[i][order]

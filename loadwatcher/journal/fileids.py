@@ -50,6 +50,13 @@ class FileIds:
         self.doomed = []
         self.file_ids = np.empty(0, np.int64)
 
+    def held(self) -> tuple[list[Key], np.ndarray]:
+        """Every series the file holds (forgotten ones aside) and its file id, in file id
+        order."""
+        pairs = sorted(self.by_key.items(), key=lambda kv: kv[1])
+        ids = np.fromiter((fid for _, fid in pairs), np.int64, len(pairs))
+        return [key for key, _ in pairs], ids
+
     def loaded(self, keys: list[Key], ids: np.ndarray) -> None:
         """The store was loaded from the file: store id i is file id ``ids[i]``."""
         self.file_ids = ids

@@ -58,11 +58,12 @@ _PUT_NEXT_ID = "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_series_id
 
 @dataclass(frozen=True)
 class StoredSamples:
-    """Every series the file holds (index = store series id), their samples, and what the
-    read refused (damaged rows, implausible samples)."""
+    """Every series the file holds (index = store series id), their samples and apart their
+    staleness markers, and what the read refused (damaged rows, implausible samples)."""
 
     keys: list[tuple[str, Resource]]
     samples: Columns
+    markers: Columns
     refused: codec.Refused = field(default_factory=codec.Refused)
 
 
@@ -169,18 +170,22 @@ class Journal:
         return False
 
     async def _read_series(self) -> None:
-        async with self._conn().execute("SELECT id, node, resource FROM series") as cur:
-            rows = list(await cur.fetchall())
+        # One query a resource (series of a resource this version does not know are left
+        # alone), and one string a node whatever its resources: these keys become the
+        # store's at restore, and the rows' own strings would only be heap left in holes.
+        names: dict[str, str] = {}
+        series: list[tuple[int, str, Resource]] = []
+        for text, resource in _RESOURCES.items():
+            async with self._conn().execute(
+                "SELECT id, node FROM series WHERE resource = ?", (text,)
+            ) as cur:
+                series += [
+                    (int(fid), names.setdefault(node, str(node)), resource)
+                    for fid, node in await cur.fetchall()
+                ]
         saved = await self._meta("next_series_id")
-        self.ids.read(
-            [
-                (int(r[0]), str(r[1]), resource)
-                for r in rows
-                # Series of a resource this version does not know are left alone.
-                if (resource := _RESOURCES.get(str(r[2]))) is not None
-            ],
-            int(saved) if saved is not None and saved.isdigit() else 0,
-        )
+        series.sort(key=lambda s: s[0])
+        self.ids.read(series, int(saved) if saved is not None and saved.isdigit() else 0)
 
     async def _connect_and_check(self) -> None:
         self._db = await schema.connect(self.path)
@@ -207,8 +212,6 @@ class Journal:
         reader = codec.Reader(since, until)
         suspect: list[Any] = []  # the rows the clean-up deletes or rewrites
         try:
-            async with db.execute("SELECT id, node, resource FROM series ORDER BY id") as cur:
-                rows = list(await cur.fetchall())
             async with db.execute(
                 "SELECT id, sid, ts, val, crc FROM chunks WHERE ts_max >= ? ORDER BY id",
                 (since,),
@@ -221,18 +224,17 @@ class Journal:
                     del batch
         except sqlite3.Error as exc:
             raise JournalError(f"cannot read samples from {self.path}: {exc}") from exc
-        # A dict, not Resource(name): the enum's constructor is slow for many series.
-        known = [(r[0], r[1], resource) for r in rows if (resource := _RESOURCES.get(str(r[2])))]
-        keys = [(str(node), resource) for _, node, resource in known]
-        ids = np.asarray([int(r[0]) for r in known], np.int64)
-        self.ids.loaded(keys, ids)  # store id i <-> known[i]
-        samples = await asyncio.to_thread(reader.samples, ids)
+        # The series ``open`` read, in file id order (not read again: a second copy of
+        # every key would sit beside the first until the store took one).
+        keys, ids = self.ids.held()
+        self.ids.loaded(keys, ids)  # store id i <-> file id ids[i]
+        samples, markers = await asyncio.to_thread(reader.samples_and_markers, ids)
         refused = reader.refused
         if self.on_refused is not None:
             self.on_refused(refused)
         if suspect:
             await self._clean(suspect, until)
-        return StoredSamples(keys, samples, refused)
+        return StoredSamples(keys, samples, markers, refused)
 
     async def _clean(self, rows: list[Any], until: float) -> None:
         """Delete the damaged rows and rewrite in place those holding implausible samples

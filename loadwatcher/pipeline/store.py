@@ -28,7 +28,7 @@ import numpy as np
 
 from loadwatcher._types import BoolArray
 from loadwatcher.model import Columns, FloatArray, IntArray, Resource, Series, SeriesBatch
-from loadwatcher.pipeline import bytime, ends, merge, plausible
+from loadwatcher.pipeline import bytime, ends, merge
 from loadwatcher.pipeline.added import AddResult, Screened, combined, screen
 
 
@@ -51,6 +51,11 @@ _COLUMNS = tuple(f.name for f in fields(Columns))
 
 def _empty_columns() -> Columns:
     return Columns(np.empty(0, SID), np.empty(0, np.float64), np.empty(0, np.float64))
+
+
+def _as_store(cols: Columns) -> Columns:
+    """``cols`` with the store's series id type (the journal's is the same: no copy)."""
+    return Columns(cols.sid.astype(SID, copy=False), cols.ts, cols.val)
 
 
 class SampleStore:
@@ -266,18 +271,15 @@ class SampleStore:
             repeated=result.repeated + twice,
         )
 
-    def load(self, keys: list[tuple[str, Resource]], cols: Columns) -> None:
-        """Replace the content with samples recovered from the journal: ``keys`` unique (the
-        file's series, ``keys[i]`` being series id ``i`` of ``cols``), ``cols`` in (series,
-        time) order with one sample per time, as ``Journal.load_samples`` returns them."""
+    def load(self, keys: list[tuple[str, Resource]], samples: Columns, markers: Columns) -> None:
+        """Replace the content with what was recovered from the journal: ``keys`` unique
+        (the file's series, ``keys[i]`` being series id ``i``), ``samples`` and apart the
+        staleness ``markers``, each in (series, time) order with one sample per time, as
+        ``Journal.load_samples`` returns them."""
         self._epoch += 1
         self._keys, self._index = list(keys), {key: i for i, key in enumerate(keys)}
         self._newest = np.full(max(16, len(keys)), -np.inf)
-        sid = cols.sid.astype(SID, copy=False)
-        marker = plausible.stale(cols.val)
-        cols = Columns(sid, cols.ts, cols.val)
-        # The journal holds both in one table.
-        self._cols, self._ends = merge.masked(cols, ~marker), merge.masked(cols, marker)
+        self._cols, self._ends = _as_store(samples), _as_store(markers)
         self._epoch += 1
         if len(self._cols):
             np.maximum.at(self._newest, self._cols.sid, self._cols.ts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +101,24 @@ async def test_a_cycle_renders_nothing_until_a_reader_asks(
     assert first is not None and first is again and len(rendered) == 1
     assert orjson.loads(first.raw) == formats.document(pub.snapshot, "15m", Format.DEFAULT)
     await engine.close()
+
+
+@pytest.mark.parametrize(
+    "runs", [[], [0], [4], [5], [4, 4], [1, 0, 3], [9, 1], [2, 2, 2, 2], [0, 0], [3, 12, 1]]
+)
+def test_a_body_compressed_a_stretch_at_a_time_inflates_to_its_parts(
+    monkeypatch: pytest.MonkeyPatch, runs: list[int]
+) -> None:
+    """Runs of parts taken as they come, a stretch at a time, however many and however long
+    against the stretch (none, empty, fewer, exactly one or two, one part over): the gzip
+    inflates to their concatenation, its size and ETag say so, and only a body of one short
+    run keeps its plain bytes."""
+    monkeypatch.setattr(published, "_STRETCH", 4)
+    counter = iter(range(100))
+    made = [[f"part {i};".encode() * (i + 1) for i in itertools.islice(counter, n)] for n in runs]
+    parts = [p for run in made for p in run]
+    body = published.compressed(iter(made))
+    assert body.inflated == (len(runs) <= 1 and len(parts) <= 4)
+    assert gzip.decompress(body.gz) == b"".join(parts) == body.raw
+    assert body.size == len(b"".join(parts))
+    assert body.etag == published._etag(body.gz)

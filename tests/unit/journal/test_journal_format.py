@@ -147,6 +147,28 @@ async def test_the_journal_keeps_a_small_page_cache_and_the_stores_own_keys(
         await journal.close()
 
 
+async def test_a_restore_holds_one_string_a_node_in_file_id_order(tmp_path: Path) -> None:
+    """The restored keys share one name string a node (they become the store's, held for
+    the whole life of the process), in file id order."""
+    db = tmp_path / "lw.db"
+    keys = [(f"node-{i}", r) for i in range(3) for r in (Resource.MEMORY, Resource.CPU)]
+    journal = Journal(str(db))
+    await journal.open()
+    try:
+        await journal.write_cycle(keys, cols([0, 1, 5], [1, 1, 1], [1, 2, 3]), 0, b"s", 1.0)
+    finally:
+        await journal.close()
+    journal = Journal(str(db))
+    await journal.open()
+    try:
+        stored = await journal.load_samples(0)
+    finally:
+        await journal.close()
+    assert stored.keys == keys
+    assert stored.samples.sid.tolist() == [0, 1, 5]
+    assert all(stored.keys[i][0] is stored.keys[i + 1][0] for i in (0, 2, 4))
+
+
 async def test_one_chunk_per_small_cycle_and_whole_chunks_expire(tmp_path: Path) -> None:
     db = tmp_path / "lw.db"
     await write(

@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 from loadwatcher.journal import codec, sqlite
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import Columns, Resource
+from loadwatcher.pipeline import plausible
+from loadwatcher.pipeline.plausible import STALE
 from tests.support.fuzzing import examples
 
 Written = dict[tuple[int, float], float]
@@ -219,3 +221,49 @@ def test_ids_beyond_the_store_ids_or_negative_are_left_out(
     got, refused = codec.samples_since(rows, np.arange(6), 0.0)
     assert refused == codec.Refused()
     assert _restored(got) == _expected(written)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(
+                st.integers(0, 5),
+                st.integers(0, 40).map(float),
+                st.one_of(st.floats(0, 100), st.just(STALE)),
+            ),
+            min_size=1,
+            max_size=12,
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_markers_come_back_apart_from_the_samples_and_nothing_else_moves(
+    cycles: list[list[tuple[int, float, float]]],
+) -> None:
+    """The restore's read gives the staleness markers apart, as the store holds them: the
+    two parts are the whole read's samples, markers on one side only, each part in (series,
+    time) order with the last written of a repeated (series, time)."""
+    rows, written = [], []
+    for cycle in cycles:
+        sid, ts, val = (np.asarray(c) for c in zip(*cycle, strict=True))
+        rows.append(codec.encode(sid.astype(np.int64), ts.astype(float), val)[3:])
+        written.extend(cycle)
+    whole, split = codec.Reader(0.0), codec.Reader(0.0)
+    whole.add(rows)
+    split.add(rows)
+    samples, markers = split.samples_and_markers(np.arange(6))
+    assert not plausible.stale(samples.val).any()
+    assert plausible.stale(markers.val).all()
+    # Each part owns its columns: a view would keep the other part's whole column alive
+    # in the store (its samples' columns are replaced by the first merge, its markers' not).
+    assert all(c.base is None for c in (markers.sid, markers.ts, markers.val))
+    everything = _restored(whole.samples(np.arange(6)))
+    assert everything.keys() == _expected(written).keys()
+    apart = {**_restored(samples), **_restored(markers)}
+    assert len(apart) == len(_restored(samples)) + len(_restored(markers))
+    # Compared as bits: a marker is a NaN, never equal to itself.
+    assert {k: np.float64(v).tobytes() for k, v in apart.items()} == {
+        k: np.float64(v).tobytes() for k, v in everything.items()
+    }

@@ -143,7 +143,7 @@ def test_markers_come_back_from_the_journal(tmp_path_factory, batches) -> None:
         stored = await journal.load_samples(-np.inf)
         await journal.close()
         back = SampleStore()
-        back.load(stored.keys, stored.samples)
+        back.load(stored.keys, stored.samples, stored.markers)
         assert held_ends(back) == held_ends(store)
         assert held_samples(back) == held_samples(store)
         return back
@@ -167,7 +167,7 @@ def test_a_marker_read_back_is_no_implausible_sample(tmp_path: Path) -> None:
         await journal.open()
         stored = await journal.load_samples(-np.inf)
         await journal.close()
-        assert len(stored.samples) == 2
+        assert (len(stored.samples), len(stored.markers)) == (1, 1)
 
     asyncio.run(go())
     assert [r.implausible for r in refused] == [0]

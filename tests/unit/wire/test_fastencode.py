@@ -194,3 +194,22 @@ def test_bodies_of_a_built_snapshot(nodes: int) -> None:
     from tests.unit.engine.test_published import make_snapshot
 
     assert_same_bytes(make_snapshot(nodes))
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(st.integers(1, 5), st.integers(1, 30), st.integers(0, 2))
+def test_bodies_made_a_few_nodes_at_a_time_are_the_same_bytes(
+    at_a_time: int, nodes: int, skip: int
+) -> None:
+    """The pieces come a run of nodes at a time (``NODES_AT_A_TIME``): runs that end
+    anywhere, the last one short or exactly full, give the document's bytes."""
+    keys = [(f"n{i:02d}", r) for i in range(nodes) for r in (Resource.CPU, Resource.MEMORY)]
+    present = list(range(skip, len(keys)))  # a node whose first resource is missing
+    values = np.resize(np.asarray(AWKWARD), (len(present), len(WIRE_OPERATORS)))
+    snap = snapshot_of(keys, values, present=present, tags={"n00": {"lastSample": 1}})
+    default = fastencode.NODES_AT_A_TIME
+    fastencode.NODES_AT_A_TIME = at_a_time
+    try:
+        assert_same_bytes(snap)
+    finally:
+        fastencode.NODES_AT_A_TIME = default
