@@ -107,7 +107,9 @@ def compressed(runs: Iterable[list[bytes]]) -> Body:
         return make_body(b"".join(first))
     gzip = isal_zlib.compressobj(GZIP_LEVEL, wbits=_GZIP_WBITS)
     out, size = [], 0
-    for run in _then(first, second, pending):
+    ordered = _then(first, second, pending)
+    del first, second  # held by ``ordered`` alone, until compressed
+    for run in ordered:
         for at in range(0, len(run), _STRETCH):
             text = b"".join(run[at : at + _STRETCH])
             size += len(text)
