@@ -65,8 +65,8 @@ async def restore(
     keep_from = clock() - retention_s
     stored = await journal.load_samples(load_from(saved, keep_from, retention_s), until)
     await asyncio.to_thread(store.load, stored.keys, stored.samples, stored.markers)
-    # The read's rows and sort left heap the first poll would otherwise pile onto (a restart's
-    # backfill comes next): give it back now, not after that poll.
+    # The read's rows and sort left heap the first poll would otherwise pile onto: give it
+    # back now, not after that poll.
     if len(store.columns):
         await asyncio.to_thread(allocator.trim)
     if isinstance(saved, SnapshotWithoutWindows):
@@ -102,7 +102,8 @@ def load_from(saved: Saved, keep_from: float, retention_s: float) -> float:
 async def recover(engine: Engine) -> None:
     """Open the engine's journal, serve its snapshot aged to now, and hold its samples; a
     journal that fails leaves the engine serving from memory (each write retries it). The
-    first poll after a restore asks for the whole retention (``engine.backfill_due``)."""
+    first poll after a restore asks for what is new since the journal's newest sample, and
+    for the whole retention if that brings series the journal lacks (``ingest.fetch``)."""
     persistence = engine.persistence
     if persistence is None:
         return
@@ -139,4 +140,4 @@ async def recover(engine: Engine) -> None:
         loaded.set()
         if ager is not None:
             await ager
-    engine.backfill_due = bool(engine.store.keys)
+    engine.restored = bool(engine.store.keys)

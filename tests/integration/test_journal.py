@@ -77,10 +77,12 @@ def _samples(engine: Any) -> set[tuple[str, str, float, float]]:
 async def test_a_restart_backfill_holds_only_what_the_journal_lacks(
     prometheus_factory, tmp_path, monkeypatch
 ) -> None:
-    """After a restore the first poll asks for the whole retention (a node may have joined
-    meanwhile) but keeps of each slice, as it is parsed, only what the journal lacks: the
-    samples since the journal's newest and the whole window of the joined node. The store
-    ends with exactly the samples a cold start reads. It holds one answer at a time."""
+    """After a restore the first poll asks for what is new since the journal's newest sample.
+    It brings a node the journal lacks (forgotten, and with a past), so the same poll asks
+    again for the whole retention, keeping of each slice, as it is parsed, only what the
+    journal lacks: the samples since the journal's newest and the whole window of that node.
+    The store ends with exactly the samples a cold start reads. The backfill holds one
+    answer at a time."""
     db, now, history, prom, first = await _first_life(prometheus_factory, tmp_path)
     await first.cycle(now - 120)
     joined = sorted(node_names(history))[0]
@@ -96,13 +98,28 @@ async def test_a_restart_backfill_holds_only_what_the_journal_lacks(
         return out
 
     monkeypatch.setattr(provider, "newer", counting)
-    # Answers asked for and not yet parsed, at most, per provider.
+    # Answers asked for and not yet parsed, at most, per provider: the restarted one's while
+    # it backfills, the cold one's all along.
     held: dict[int, list[int]] = {}
     cls = provider.PrometheusProvider
-    real_ask, real_parse = cls._ask, cls._parse
+    real_ask, real_parse, real_backfill = cls._ask, cls._parse, cls.backfill
+    backfills: list[int] = []  # providers in a backfill now
+    began: list[int] = []  # every backfill's provider
+
+    def counted(self: Any) -> bool:
+        return id(self) in backfills or self is not second.provider
+
+    async def backfill(self: Any, *args: Any) -> Any:
+        backfills.append(id(self))
+        began.append(id(self))
+        try:
+            return await real_backfill(self, *args)
+        finally:
+            backfills.remove(id(self))
 
     async def ask(self: Any, promql: str, at: str) -> Any:
-        if promql.endswith("s]"):  # a range query's slice (not a node list's or sizes')
+        # A range query's slice (not a node list's or sizes').
+        if promql.endswith("s]") and counted(self):
             now_held = held.setdefault(id(self), [0, 0])
             now_held[0] += 1
             now_held[1] = max(now_held)
@@ -112,10 +129,12 @@ async def test_a_restart_backfill_holds_only_what_the_journal_lacks(
         try:
             return await real_parse(self, *args)
         finally:
-            held[id(self)][0] -= 1
+            if counted(self):
+                held[id(self)][0] -= 1
 
     monkeypatch.setattr(cls, "_ask", ask)
     monkeypatch.setattr(cls, "_parse", parse)
+    monkeypatch.setattr(cls, "backfill", backfill)
     second = prometheus_engine(prom.url, LOADWATCHER_JOURNAL_PATH=str(db))
     cold = prometheus_engine(prom.url)
     try:
@@ -132,6 +151,44 @@ async def test_a_restart_backfill_holds_only_what_the_journal_lacks(
         # Beside a full store, one answer's text at a time; a cold start asks ahead.
         assert held[id(second.provider)][1] == 1
         assert held[id(cold.provider)][1] > 1
+        assert began == [id(second.provider)]  # once, by the restarted service
+    finally:
+        await second.close()
+        await cold.close()
+
+
+async def test_a_restart_whose_journal_holds_every_series_asks_only_for_the_gap(
+    prometheus_factory, tmp_path, monkeypatch
+) -> None:
+    """Every series Prometheus answers is in the journal: the first poll after the restart
+    asks for what is new since the journal's newest sample and never for the whole
+    retention, and the store ends with exactly the samples a cold start reads."""
+    db, now, _, prom, first = await _first_life(prometheus_factory, tmp_path)
+    await first.cycle(now - 120)
+    await first.close()
+    cls = provider.PrometheusProvider
+    real_backfill, real_fetch = cls.backfill, cls.fetch
+    calls: list[str] = []
+
+    async def backfill(self: Any, *args: Any) -> Any:
+        calls.append("backfill")
+        return await real_backfill(self, *args)
+
+    async def fetch(self: Any, now: float, since: float | None) -> Any:
+        calls.append("whole" if since is None else "gap")
+        return await real_fetch(self, now, since)
+
+    monkeypatch.setattr(cls, "backfill", backfill)
+    monkeypatch.setattr(cls, "fetch", fetch)
+    second = prometheus_engine(prom.url, LOADWATCHER_JOURNAL_PATH=str(db))
+    cold = prometheus_engine(prom.url)
+    try:
+        await second.recover()
+        await second.cycle(now)
+        assert calls == ["gap"]
+        await cold.recover()
+        await cold.cycle(now)
+        assert _samples(second) == _samples(cold)
     finally:
         await second.close()
         await cold.close()

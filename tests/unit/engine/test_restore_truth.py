@@ -7,6 +7,7 @@ A scripted provider stands in for the backend (exact times); the journal is the 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import threading
 import time
@@ -15,12 +16,16 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loadwatcher.engine import Engine, EngineOptions, freshness
+from loadwatcher.errors import ProviderError, ProviderErrorKind
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import FetchResult, Series
 from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
+from tests.support.fuzzing import examples
 from tests.support.restarts import NAMES, NODES, Backend, engine_over, journal_of
 
 
@@ -142,15 +147,19 @@ async def test_an_ageing_that_races_a_cycle_never_overwrites_the_newer_snapshot(
 
 
 class Recording(Backend):
-    """Every node's samples every 15 s from ``since`` (the whole retention when None)."""
+    """Every node's samples every 15 s from ``since`` (the whole retention when None); the
+    first fetch fails when asked to."""
 
-    def __init__(self, nodes: list[str]) -> None:
+    def __init__(self, nodes: list[str], fail_first: bool = False) -> None:
         super().__init__()
         self.nodes = nodes
         self.asked: list[float | None] = []
+        self.fail_first = fail_first
 
     async def fetch(self, now: float, since: float | None) -> FetchResult:
         self.asked.append(since)
+        if self.fail_first and len(self.asked) == 1:
+            raise ProviderError(ProviderErrorKind.CONNECT, "refused")
         start = now - 1020.0 if since is None else since
         ts = np.arange(np.ceil(start / 15) * 15, now + 1e-9, 15.0)
         return FetchResult(
@@ -158,28 +167,46 @@ class Recording(Backend):
         )
 
 
-async def test_the_first_poll_after_a_restore_backfills_series_the_journal_lacks(
-    tmp_path: Path,
+_LIVES = itertools.count()
+
+
+@settings(max_examples=examples(24), deadline=None)
+@given(st.booleans(), st.booleans(), st.sampled_from([0.0, 7.0, 120.0, 700.0]))
+def test_a_restart_asks_for_the_gap_and_backfills_only_series_the_journal_lacks(
+    tmp_path_factory: pytest.TempPathFactory, joined: bool, fail_first: bool, gap: float
 ) -> None:
-    """A node that joined while the service was down gets the whole window at once, not
-    only the time since the journal's newest sample; later polls ask only what is new."""
+    """The first poll after a restore asks only for what is new since the journal's newest
+    sample: its series have the rest, and a node that joined while the service was down
+    has all its samples in that gap. When that brings a series the journal lacks, which
+    may have an older past (``joined`` here: the backend holds its whole retention), the
+    same poll asks again, for the whole retention, before holding any of it (a sample older
+    than its series' newest is never taken later); without such a series no poll does. A
+    first poll that fails leaves the check to the next one."""
     last = 1_700_000_000.0
-    db = tmp_path / "lw.db"
-    await journal_of(db, last)  # nodes a, b, c
-    now = last + 120
-    backend = Recording([*NODES, "joined"])
+    db = tmp_path_factory.mktemp("restart") / f"lw-{next(_LIVES)}.db"
+    now = last + gap
+    backend = Recording([*NODES, *(["joined"] if joined else [])], fail_first)
     options = EngineOptions(poll_interval_s=15.0, retention_s=1020.0)
-    second = Engine(backend, Journal(str(db)), options, NAMES, clock=lambda: now)
-    await second.recover()
-    await second.cycle(now)
-    await second.cycle(now + 15)
-    assert backend.asked[0] is None
-    assert backend.asked[1] is not None and backend.asked[1] >= now - 15
-    cols, keys = second.store.columns, second.store.keys
-    joined = {i for i, key in enumerate(keys) if key[0] == "joined"}
-    times = cols.ts[np.isin(cols.sid, list(joined))]
-    assert times.min() <= now - 900  # the whole 15-minute window, not the last two minutes
-    await second.close()
+
+    async def go() -> None:
+        await journal_of(db, last)  # nodes a, b, c
+        second = Engine(backend, Journal(str(db)), options, NAMES, clock=lambda: now)
+        await second.recover()
+        for k in range(4):
+            await second.cycle(now + 15 * k)
+        cols, keys = second.store.columns, second.store.keys
+        await second.close()
+        whole = [k for k, since in enumerate(backend.asked) if since is None]
+        first_ok = 1 if fail_first else 0
+        assert backend.asked[first_ok] == last  # the gap: since the journal's newest sample
+        if joined:
+            assert whole == [first_ok + 1]  # in the same poll, right after the gap
+            mine = {i for i, key in enumerate(keys) if key[0] == "joined"}
+            assert cols.ts[np.isin(cols.sid, list(mine))].min() <= now - 900
+        else:
+            assert whole == []
+
+    asyncio.run(go())
 
 
 async def test_the_served_snapshot_ages_while_the_journal_loads(
