@@ -133,7 +133,7 @@ class Engine:
             await firstlook.serve(self, now)
         backfill, restored = self.backfill_due, self.restored
         latest = now + self.options.future_tolerance_s
-        if backfill:  # trimmed now, not in the first slice's merge: a copy beside every slice
+        if backfill or restored:  # trimmed now, not in a slice's merge: a copy beside each
             await asyncio.to_thread(self.store.trim, self.keep_from(now))
         outcome, _ = await asyncio.gather(
             ingest.fetch(self.provider, self.store, now, backfill, latest, restored),

@@ -91,7 +91,8 @@ async def fetch(
     retention for a backfill; after a restore, without what the store holds already, as
     each slice is parsed (``Backfilling``), rather than a second copy of the retention.
 
-    The first poll after a restore (``restored``) asks for what is new, as any poll: the
+    The first poll after a restore (``restored``) asks a ``Backfilling`` provider for what
+    is new, as any poll (any other provider, the whole retention: ``backfill``): the
     journal's series have the rest, and a node that joined while the service was down has
     all its samples in that gap. Should it bring a series the journal lacks, which may
     have an older past (forgotten as idle, refused by ``max_new_series``, written while
@@ -100,11 +101,16 @@ async def fetch(
     whole retention at every restart held an answer's parsing beside the restored store:
     at 20,000 nodes, the restart's peak.
     """
+    if restored and not isinstance(provider, Backfilling):
+        # Its fetch hands over what it holds (pushed samples taken from a buffer): asking
+        # again would lose them. It gets the whole retention at once, as a cold start.
+        backfill = True
+    newest_of = functools.partial(store.newest_of, latest=latest)
     if backfill and store.keys and isinstance(provider, Backfilling):
-        return await provider.backfill(now, functools.partial(store.newest_of, latest=latest))
+        return await provider.backfill(now, newest_of)
     result = await provider.fetch(now, None if backfill else store.newest())
-    if restored and not backfill and _lacks(store, result):
-        return await fetch(provider, store, now, True, latest)
+    if restored and not backfill and isinstance(provider, Backfilling) and _lacks(store, result):
+        return await provider.backfill(now, newest_of)
     return result
 
 

@@ -22,7 +22,9 @@ from hypothesis import strategies as st
 from loadwatcher.engine import Engine, EngineOptions, freshness
 from loadwatcher.errors import ProviderError, ProviderErrorKind
 from loadwatcher.journal.sqlite import Journal
-from loadwatcher.model import FetchResult, Series
+from loadwatcher.model import FetchResult, Resource, Series, SeriesBatch
+from loadwatcher.providers.push.buffer import PushBuffer
+from loadwatcher.providers.push.provider import PushProvider
 from loadwatcher.wire import formats
 from loadwatcher.wire.formats import Format
 from tests.support.fuzzing import examples
@@ -167,13 +169,25 @@ class Recording(Backend):
         )
 
 
+class RecordingBackfill(Recording):
+    """``Recording`` that backfills (``Backfilling``): the whole retention, the store
+    refusing what it holds."""
+
+    async def backfill(self, now: float, newest_of: Any) -> FetchResult:
+        return await self.fetch(now, None)
+
+
 _LIVES = itertools.count()
 
 
-@settings(max_examples=examples(24), deadline=None)
-@given(st.booleans(), st.booleans(), st.sampled_from([0.0, 7.0, 120.0, 700.0]))
+@settings(max_examples=examples(40), deadline=None)
+@given(st.booleans(), st.booleans(), st.sampled_from([0.0, 7.0, 120.0, 700.0]), st.booleans())
 def test_a_restart_asks_for_the_gap_and_backfills_only_series_the_journal_lacks(
-    tmp_path_factory: pytest.TempPathFactory, joined: bool, fail_first: bool, gap: float
+    tmp_path_factory: pytest.TempPathFactory,
+    joined: bool,
+    fail_first: bool,
+    gap: float,
+    backfilling: bool,
 ) -> None:
     """The first poll after a restore asks only for what is new since the journal's newest
     sample: its series have the rest, and a node that joined while the service was down
@@ -181,11 +195,14 @@ def test_a_restart_asks_for_the_gap_and_backfills_only_series_the_journal_lacks(
     may have an older past (``joined`` here: the backend holds its whole retention), the
     same poll asks again, for the whole retention, before holding any of it (a sample older
     than its series' newest is never taken later); without such a series no poll does. A
-    first poll that fails leaves the check to the next one."""
+    first poll that fails leaves the check to the next one. A provider that cannot backfill
+    (its fetch hands over what it holds, as a push buffer does) is asked for the whole
+    retention at the first poll, as before."""
     last = 1_700_000_000.0
     db = tmp_path_factory.mktemp("restart") / f"lw-{next(_LIVES)}.db"
     now = last + gap
-    backend = Recording([*NODES, *(["joined"] if joined else [])], fail_first)
+    kind = RecordingBackfill if backfilling else Recording
+    backend = kind([*NODES, *(["joined"] if joined else [])], fail_first)
     options = EngineOptions(poll_interval_s=15.0, retention_s=1020.0)
 
     async def go() -> None:
@@ -198,15 +215,48 @@ def test_a_restart_asks_for_the_gap_and_backfills_only_series_the_journal_lacks(
         await second.close()
         whole = [k for k, since in enumerate(backend.asked) if since is None]
         first_ok = 1 if fail_first else 0
-        assert backend.asked[first_ok] == last  # the gap: since the journal's newest sample
+        if not backfilling:
+            assert whole == list(range(first_ok + 1))
+        else:
+            assert backend.asked[first_ok] == last  # the gap: since the journal's newest
+            # In the same poll, right after the gap; never without a lacking series.
+            assert whole == ([first_ok + 1] if joined else [])
         if joined:
-            assert whole == [first_ok + 1]  # in the same poll, right after the gap
             mine = {i for i, key in enumerate(keys) if key[0] == "joined"}
             assert cols.ts[np.isin(cols.sid, list(mine))].min() <= now - 900
-        else:
-            assert whole == []
 
     asyncio.run(go())
+
+
+async def test_pushes_taken_by_the_first_poll_after_a_restore_are_all_held(
+    tmp_path: Path,
+) -> None:
+    """A push provider's fetch hands over what its buffer holds: the first poll after a
+    restore, bringing a series the journal lacks, must not ask it again (the pushes, each
+    answered 204 already, would be gone)."""
+    last = 1_700_000_000.0
+    db = tmp_path / "lw.db"
+    await journal_of(db, last)  # nodes a, b, c
+    now = last + 30
+    buffer = PushBuffer(100)
+    options = EngineOptions(poll_interval_s=15.0, retention_s=1020.0)
+    second = Engine(PushProvider(buffer), Journal(str(db)), options, NAMES, clock=lambda: now)
+    await second.recover()
+    pushed = [
+        Series("pushed-1", Resource.CPU, np.array([now - 20, now - 10]), np.array([5.0, 6.0])),
+        Series(NODES[0], Resource.CPU, np.array([now - 5]), np.array([7.0])),
+    ]
+    buffer.put(SeriesBatch.of(pushed))
+    await second.cycle(now)
+    cols, keys = second.store.columns, second.store.keys
+    held = {
+        (keys[sid], t)
+        for sid, t in zip(cols.sid.tolist(), cols.ts.tolist(), strict=True)
+        if t >= now - 20
+    }
+    await second.close()
+    assert {(("pushed-1", Resource.CPU), now - 20), (("pushed-1", Resource.CPU), now - 10)} <= held
+    assert ((NODES[0], Resource.CPU), now - 5) in held
 
 
 async def test_the_served_snapshot_ages_while_the_journal_loads(
