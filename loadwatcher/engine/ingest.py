@@ -10,6 +10,7 @@ once there are enough of them. Synchronous: the engine runs it in a worker threa
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import itertools
@@ -109,8 +110,11 @@ async def fetch(
     if backfill and store.keys and isinstance(provider, Backfilling):
         return await provider.backfill(now, newest_of)
     result = await provider.fetch(now, None if backfill else store.newest())
-    if restored and not backfill and isinstance(provider, Backfilling) and _lacks(store, result):
-        return await provider.backfill(now, newest_of)
+    if restored and not backfill and isinstance(provider, Backfilling):
+        # Off the event loop: a set of every series (130,000 at 65,000 nodes).
+        lacking = await asyncio.to_thread(_lacks, store, result)
+        if lacking:
+            return await provider.backfill(now, newest_of)
     return result
 
 
