@@ -109,8 +109,10 @@ async def fetch(
     newest_of = functools.partial(store.newest_of, latest=latest)
     if backfill and store.keys and isinstance(provider, Backfilling):
         return await provider.backfill(now, newest_of)
-    result = await provider.fetch(now, None if backfill else store.newest())
-    if restored and not backfill and isinstance(provider, Backfilling):
+    since = None if backfill else store.newest()
+    result = await provider.fetch(now, since)
+    # ``since`` None: the journal held no sample in the retention, the whole of it was asked.
+    if restored and since is not None and isinstance(provider, Backfilling):
         # Off the event loop: a set of every series (130,000 at 65,000 nodes).
         lacking = await asyncio.to_thread(_lacks, store, result)
         if lacking:
