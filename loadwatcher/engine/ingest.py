@@ -122,12 +122,11 @@ async def fetch(
 
 def _lacks(store: SampleStore, result: FetchResult) -> bool:
     """Whether ``result`` holds a series ``store`` does not."""
-    held = set(store.keys)
     polled = itertools.chain(
         ((s.node, s.resource) for s in result.series),
         itertools.chain.from_iterable(b.keys for b in result.batches),
     )
-    return not held.issuperset(polled)
+    return store.count_new(polled) > 0
 
 
 def ingest(

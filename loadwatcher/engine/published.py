@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from isal import igzip, igzip_lib, isal_zlib
@@ -107,8 +108,9 @@ def compressed(runs: Iterable[list[bytes]]) -> Body:
         return make_body(b"".join(first))
     gzip = isal_zlib.compressobj(GZIP_LEVEL, wbits=_GZIP_WBITS)
     out, size = [], 0
-    ordered = _then(first, second, pending)
-    del first, second  # held by ``ordered`` alone, until compressed
+    # Each run given up once compressed: ``ordered`` alone holds the first two.
+    ordered = itertools.chain([first], [] if second is None else [second], pending)
+    del first, second
     for run in ordered:
         for at in range(0, len(run), _STRETCH):
             text = b"".join(run[at : at + _STRETCH])
@@ -117,17 +119,6 @@ def compressed(runs: Iterable[list[bytes]]) -> Body:
     out.append(gzip.flush())
     gz = b"".join(out)
     return Body(gz, _etag(gz), size)
-
-
-def _then(
-    first: list[bytes], second: list[bytes] | None, rest: Iterator[list[bytes]]
-) -> Iterator[list[bytes]]:
-    yield first
-    del first  # each run is given up once compressed
-    if second is not None:
-        yield second
-        del second
-        yield from rest
 
 
 def render_body(

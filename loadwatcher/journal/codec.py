@@ -187,25 +187,25 @@ class Reader:
         reordered copy of a column beside the columns (36 bytes a sample at the peak); this
         holds each part's places in place of its file ids, and one result column (28).
         """
-        cols = self._placed(ids)
-        _time_ordered(cols)
-        return Columns(*cols)
+        return Columns(*self._ordered(ids))
 
     def samples_and_markers(self, ids: np.ndarray) -> tuple[Columns, Columns]:
         """``samples`` with the staleness markers apart, as the store holds them. Split
         here, where the columns have no other holder: a split of ``samples``' result
         would hold a copy of the three columns beside them."""
-        cols = self._placed(ids)
-        _time_ordered(cols)
-        return _split_markers(cols)
+        return _split_markers(self._ordered(ids))
 
-    def _placed(self, ids: np.ndarray) -> list[np.ndarray]:
+    def _ordered(self, ids: np.ndarray) -> list[np.ndarray]:
+        """The columns (series, time, value) placed and in (series, time) order."""
         places, tss, vals = self._parts
         counts = _places(places, ids)
         ts = _scattered(places, tss, int(counts.sum()))
         val = _scattered(places, vals, ts.shape[0])
         places.clear()
-        return [np.repeat(np.arange(counts.shape[0], dtype=STORE_ID), counts), ts, val]
+        cols = [np.repeat(np.arange(counts.shape[0], dtype=STORE_ID), counts), ts, val]
+        del ts, val
+        _time_ordered(cols)
+        return cols
 
 
 def _places(parts: list[np.ndarray], ids: np.ndarray) -> np.ndarray:

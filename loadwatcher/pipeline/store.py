@@ -21,14 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import fields, replace
-from itertools import compress
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from loadwatcher._types import BoolArray
 from loadwatcher.model import Columns, FloatArray, IntArray, Resource, Series, SeriesBatch
-from loadwatcher.pipeline import bytime, ends, merge
+from loadwatcher.pipeline import bytime, ends, merge, renumber
 from loadwatcher.pipeline.added import AddResult, Screened, combined, screen
 
 
@@ -278,11 +277,9 @@ class SampleStore:
         ``Journal.load_samples`` returns them."""
         self._epoch += 1
         self._keys, self._index = list(keys), {key: i for i, key in enumerate(keys)}
-        self._newest = np.full(max(16, len(keys)), -np.inf)
         self._cols, self._ends = _as_store(samples), _as_store(markers)
+        self._newest = renumber.newest_times(self._cols, max(16, len(keys)))
         self._epoch += 1
-        if len(self._cols):
-            np.maximum.at(self._newest, self._cols.sid, self._cols.ts)
 
     def trim(self, before: float) -> int:
         """Forget samples older than ``before``; returns how many were dropped."""
@@ -334,9 +331,7 @@ class SampleStore:
         keep = self._cols.ts <= latest
         dropped = int(keep.shape[0] - np.count_nonzero(keep))
         self._cols = merge.masked(self._cols, keep)
-        self._newest[:n] = -np.inf
-        if len(self._cols):
-            np.maximum.at(self._newest, self._cols.sid, self._cols.ts)
+        self._newest = renumber.newest_times(self._cols, self._newest.shape[0])
         return dropped
 
     def idle_series(self, keep_from: float) -> int:
@@ -367,20 +362,13 @@ class SampleStore:
     def _keep_series(self, alive: BoolArray, cols: Columns, held_ends: Columns) -> IntArray:
         """Keep the ``alive`` series of ``cols`` and ``ends``, numbered afresh in their old
         order; the new id of every old id (-1: forgotten)."""
-        n = len(self._keys)
-        renumber = np.where(alive, np.cumsum(alive) - 1, -1).astype(np.int64)
-        cols = merge.renumbered(cols, renumber)
-        held_ends = merge.renumbered(held_ends, renumber)
-        keys = list(compress(self._keys, alive.tolist()))
-        newest = np.full(max(16, len(keys)), -np.inf)
-        newest[: len(keys)] = self._newest[:n][alive]
-        index = {key: i for i, key in enumerate(keys)}
+        kept = renumber.keep(alive, self._keys, self._newest, cols, held_ends)
         # Computed first, swapped in together: the odd epoch spans only the assignments.
         self._epoch += 1
-        self._keys, self._index, self._cols, self._newest = keys, index, cols, newest
-        self._ends = held_ends
+        self._keys, self._index, self._newest = kept.keys, kept.by_key, kept.newest
+        self._cols, self._ends = kept.cols, kept.ends
         self._epoch += 1
-        return renumber
+        return kept.renumber
 
     def newest_of_node(self, node: str) -> float | None:
         """The newest sample time of any of ``node``'s series, None without any."""
