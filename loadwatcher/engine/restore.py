@@ -9,6 +9,7 @@ serves the very snapshot the crashed process served.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -69,14 +70,29 @@ async def restore(
     # back now, not after that poll.
     if len(store.columns):
         await asyncio.to_thread(allocator.trim)
+    # Served until the first poll publishes: with the store's keys and node names, and one
+    # dict for equal tags, rather than objects of its own (``snapshot.shared``).
+    if isinstance(saved, RollupSnapshot):
+        await serve(await asyncio.to_thread(_sharing, saved, store))
     if isinstance(saved, SnapshotWithoutWindows):
-        await serve_and_say(await asyncio.to_thread(saved.build, store.columns, list(store.keys)))
+        await serve_and_say(await asyncio.to_thread(_sharing, saved, store))
         store.trim(keep_from)
     log.info(
         "recovered %s of %s from the journal",
         plural(len(store.columns), "sample"),
         plural(len(stored.keys), "series", "series"),
     )
+
+
+def _sharing(saved: RollupSnapshot | SnapshotWithoutWindows, store: SampleStore) -> RollupSnapshot:
+    """``saved`` (its windows built from the store's samples when it has none) holding the
+    store's key tuples and node names, and one dict for equal tags or facts."""
+    names = {node: node for node, _ in store.keys}  # one string a node (``load_samples``)
+    tags, info = snapshot.shared(saved.tags, names), snapshot.shared(saved.node_info, names)
+    if isinstance(saved, SnapshotWithoutWindows):
+        whole = dataclasses.replace(saved, tags=tags, node_info=info)
+        return whole.build(store.columns, list(store.keys))
+    return dataclasses.replace(saved, keys=store.shared(saved.keys), tags=tags, node_info=info)
 
 
 async def read_saved_snapshot(journal: Journal) -> Saved:

@@ -41,6 +41,8 @@ class FileIds:
     by_key: dict[Key, int] = field(default_factory=dict)
     next_id: int = 0
     doomed: list[int] = field(default_factory=list)
+    # Set by ``loaded``: the next write's keys may be the store's own tuples (``share``).
+    loaded_keys: bool = False
 
     def read(self, rows: list[tuple[int, str, Resource]], remembered: int) -> None:
         """Start from the series the file holds (id, node, resource) and the next id it
@@ -64,6 +66,18 @@ class FileIds:
         self.by_key = {
             key: fid for key, fid in zip(keys, ids.tolist(), strict=True) if fid not in doomed
         }
+        self.loaded_keys = True
+
+    def share(self, keys: list[Key]) -> None:
+        """Once after ``loaded``: map the store's key tuples (``keys``, index = store id),
+        which replace the file's as the first poll brings its own, if they name the same
+        series; otherwise both would be held."""
+        if not self.loaded_keys:
+            return
+        self.loaded_keys = False
+        shared = dict(zip(keys, self.file_ids.tolist(), strict=False))
+        if shared == self.by_key:
+            self.by_key = shared
 
     def forget(self, renumber: np.ndarray) -> None:
         """The store forgot the series whose ``renumber`` entry is -1 and numbered the

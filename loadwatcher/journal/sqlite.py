@@ -276,6 +276,7 @@ class Journal:
         Nothing is remembered of a write that fails: the next one retries the new series.
         """
         db = self._conn()
+        self.ids.share(keys)
         plan = self.ids.plan(keys)
         new_series = [(fid, key[0], str(key[1])) for key, fid in plan.fresh]
         sid = plan.file_ids[added.sid] if len(added) else added.sid

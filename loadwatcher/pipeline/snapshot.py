@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import zlib
 from collections.abc import Mapping
@@ -67,6 +68,28 @@ def build(
     _, end = rollups.window_bounds(now, WINDOWS[0])
     windows = Windows(rollups.layout(cols, WINDOWS, end), WINDOWS)
     return RollupSnapshot(now, source, tuple(keys), windows, dict(metric_names), tags, node_info)
+
+
+def shared(per_node: Mapping[str, dict[str, Any]], names: Mapping[str, str]) -> dict[str, Any]:
+    """``per_node`` keyed by the string ``names`` holds for each node where it has one, and
+    equal entries one dict: a snapshot's tags and facts are never changed in place.
+
+    A restored snapshot is decoded into a dict and a name per node; freed at the first
+    poll's publication, between the objects that poll keeps, they would leave the heap
+    partly used for good (at 20,000 nodes, 5 MB more resident than a cold start)."""
+    alike: dict[Any, dict[str, Any]] = {}
+    out: dict[str, dict[str, Any]] = {}
+    for node, entry in per_node.items():
+        # Kept apart: an entry that is not a dict of strings, numbers and such dicts.
+        with contextlib.suppress(TypeError, AttributeError):
+            entry = alike.setdefault(_frozen(entry), entry)
+        out[names.get(node, node)] = entry
+    return out
+
+
+def _frozen(entry: dict[str, Any]) -> tuple[Any, ...]:
+    """A hashable form of a tag or facts entry (a tag's ``detail`` is a dict)."""
+    return tuple((k, tuple(v.items()) if type(v) is dict else v) for k, v in entry.items())
 
 
 # The two journal forms of a snapshot, told apart by their first four bytes:

@@ -147,6 +147,39 @@ async def test_the_journal_keeps_a_small_page_cache_and_the_stores_own_keys(
         await journal.close()
 
 
+async def test_after_a_load_the_first_write_maps_the_stores_tuples_if_they_are_the_same(
+    tmp_path: Path,
+) -> None:
+    """The store takes the first poll's key tuples after a load (``SampleStore._share``):
+    the journal's map follows at the next write, once, and only when it names the very
+    same series in the same order; else it keeps its own."""
+    db = tmp_path / "lw.db"
+    keys = [(f"n{i}", r) for i in range(3) for r in Resource]
+    journal = Journal(str(db))
+    await journal.open()
+    await journal.write_cycle(keys, cols([0, 5], [1, 1], [1, 2]), 0, b"snap", 1.0)
+    await journal.close()
+    for same in (True, False):
+        journal = Journal(str(db))
+        await journal.open()
+        try:
+            loaded = (await journal.load_samples(0)).keys
+            polled = [("".join(node), r) for node, r in loaded]
+            if not same:  # two series swapped: not the file's order
+                polled[0], polled[1] = polled[1], polled[0]
+            fids = dict(journal.ids.by_key)
+            await journal.write_cycle(polled, cols([], [], []), 0, b"snap", 2.0)
+            held = {id(k) for k in journal.ids.by_key}
+            assert held == {id(k) for k in (polled if same else loaded)}
+            assert journal.ids.by_key == fids
+            # Once: a later write maps nothing anew.
+            again = [("".join(node), r) for node, r in polled]
+            await journal.write_cycle(again, cols([], [], []), 0, b"snap", 3.0)
+            assert {id(k) for k in journal.ids.by_key} == held
+        finally:
+            await journal.close()
+
+
 async def test_a_restore_holds_one_string_a_node_in_file_id_order(tmp_path: Path) -> None:
     """The restored keys share one name string a node (they become the store's, held for
     the whole life of the process), in file id order."""
