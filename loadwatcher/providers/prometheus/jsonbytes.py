@@ -54,8 +54,9 @@ _CONTROL = bytes(range(32)) + b"\\"
 _COMMA, _MINUS, _DOT, _QUOTE, _OPEN, _CLOSE = b',-."[]'
 _ZERO = ord("0")
 _MAX_MANTISSA = 10**18
-# Text parsed at once (a few thousand series' arrays): the parse's peak is about ten times it.
-GROUP_BYTES = 4 << 20
+# Text parsed at once (a thousand series' arrays or so): the parse's index arrays are
+# several times it, and smaller groups parse no slower (benchmarks/RESULTS.md).
+GROUP_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
