@@ -210,6 +210,9 @@ class SampleStore:
                 waiting.append(screened.added)
                 result = screened.result
             results.append(replace(result, added=_empty_columns()) if was_empty else result)
+            # Into an empty store nothing else holds the batch's columns: the merge lets
+            # each go as soon as it is merged (``merge.interleaved``).
+            del screened, result
         self._take_waiting(waiting, keep_from)
         self._loaded = False
         merged = combined(results) if results else AddResult(_empty_columns(), {})
@@ -225,8 +228,8 @@ class SampleStore:
         n = len(self._keys)
         for added in waiting:
             self._ends = ends.yielding(self._ends, added, n)
-        new = merge.interleaved(waiting, n)
-        waiting.clear()
+        del added  # the merge lets each batch go once merged (``merge.interleaved``)
+        new = merge.interleaved(waiting, n)  # empties ``waiting``
         if keep_from is None:
             self._cols = merge.merge(self._cols, new)
         else:

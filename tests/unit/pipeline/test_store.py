@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
@@ -223,7 +226,51 @@ def test_interleaved_slices_keep_each_series_in_time_order() -> None:
     old = Columns(np.array([0, 0, 2], np.int32), np.array([1.0, 2.0, 1.0]), np.zeros(3))
     a = Columns(np.array([0, 1, 1], np.int32), np.array([3.0, 1.0, 2.0]), np.ones(3))
     b = Columns(np.array([1, 2], np.int32), np.array([5.0, 9.0]), np.full(2, 2.0))
-    got = merge_module.interleaved([old, a, b], 3)
+    parts = [old, a, b]
+    got = merge_module.interleaved(parts, 3)
+    assert parts == []
     np.testing.assert_array_equal(got.sid, [0, 0, 0, 1, 1, 1, 2, 2])
     np.testing.assert_array_equal(got.ts, [1.0, 2.0, 3.0, 1.0, 2.0, 5.0, 1.0, 9.0])
     np.testing.assert_array_equal(got.val, [0, 0, 1, 1, 1, 2, 0, 2])
+
+
+def test_interleaved_lets_each_part_go_once_merged() -> None:
+    """Nothing of the parts is held after the merge: a cold start's retention is not held
+    twice (the columns of the parts and those merged)."""
+    parts = [
+        Columns(np.array([0, 1], np.int32), np.array([1.0, 1.0]), np.array([5.0, 6.0])),
+        Columns(np.array([0, 1], np.int32), np.array([2.0, 2.0]), np.array([7.0, 8.0])),
+    ]
+    held = [weakref.ref(getattr(p, name)) for p in parts for name in ("sid", "ts", "val")]
+    got = merge_module.interleaved(parts, 2)
+    gc.collect()
+    assert [ref() for ref in held] == [None] * len(held)
+    np.testing.assert_array_equal(got.ts, [1.0, 2.0, 1.0, 2.0])
+    np.testing.assert_array_equal(got.val, [5.0, 7.0, 6.0, 8.0])
+
+
+def test_a_cold_start_in_turn_holds_no_batch_once_merged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Into an empty store nothing but the merge holds a batch's screened columns: each
+    goes as soon as it is merged, not when ``add_in_turn`` returns."""
+    real = merge_module.interleaved
+    alive: list[object] = []
+
+    def watched(parts: list[Columns], n_series: int) -> Columns:
+        held = [weakref.ref(getattr(p, name)) for p in parts for name in ("ts", "val")]
+        out = real(parts, n_series)
+        gc.collect()
+        alive.extend(ref() for ref in held if ref() is not None)
+        return out
+
+    monkeypatch.setattr(merge_module, "interleaved", watched)
+    store = SampleStore()
+    keys = [("a", Resource.CPU), ("b", Resource.CPU)]
+    batches = [
+        SeriesBatch(keys, np.array([1, 1]), np.array([t, t]), np.array([t, 2 * t]))
+        for t in (1.0, 2.0, 3.0)
+    ]
+    store.add_in_turn(batches, keep_from=0.0)
+    assert alive == []
+    assert store.columns.ts.tolist() == [1.0, 2.0, 3.0, 1.0, 2.0, 3.0]
