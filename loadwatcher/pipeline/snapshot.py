@@ -76,7 +76,7 @@ def shared(per_node: Mapping[str, dict[str, Any]], names: Mapping[str, str]) -> 
 
     A restored snapshot is decoded into a dict and a name per node; freed at the first
     poll's publication, between the objects that poll keeps, they would leave the heap
-    partly used for good (at 20,000 nodes, 5 MB more resident than a cold start)."""
+    partly used for good (benchmarks/RESULTS.md, "Scale")."""
     alike: dict[Any, dict[str, Any]] = {}
     out: dict[str, dict[str, Any]] = {}
     for node, entry in per_node.items():

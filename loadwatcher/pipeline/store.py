@@ -29,6 +29,7 @@ from loadwatcher._types import BoolArray
 from loadwatcher.model import Columns, FloatArray, IntArray, Resource, Series, SeriesBatch
 from loadwatcher.pipeline import bytime, ends, merge, renumber
 from loadwatcher.pipeline.added import AddResult, Screened, combined, screen
+from loadwatcher.pipeline.serieskeys import SeriesKeys
 
 
 class Held(NamedTuple):
@@ -61,22 +62,18 @@ class SampleStore:
     """Raw samples of every (node, resource) series, bounded by a retention."""
 
     def __init__(self) -> None:
-        self._keys: list[tuple[str, Resource]] = []
-        self._index: dict[tuple[str, Resource], int] = {}
+        self._series = SeriesKeys([], {})
         self._newest: FloatArray = np.empty(0, np.float64)
         self._cols = _empty_columns()
         self._ends = _empty_columns()  # staleness markers, as the samples
         # Odd while the series are renumbered (``load``, ``forget_idle``): then ``_keys`` and
         # ``_cols`` may disagree, and ``held`` tells a reader in another thread to wait.
         self._epoch = 0
-        # Set by ``load`` and cleared by the next add: its key tuples replace the journal's
-        # (``_share``).
-        self._loaded = False
 
     @property
     def keys(self) -> list[tuple[str, Resource]]:
         """(node, resource) of each series id."""
-        return self._keys
+        return self._series.keys
 
     @property
     def columns(self) -> Columns:
@@ -97,55 +94,35 @@ class SampleStore:
             return None
         # Before the keys: a new series' key is added before its samples.
         cols, ends = self._cols, self._ends
-        keys = tuple(self._keys)
+        keys = tuple(self._series.keys)
         return Held(keys, cols, ends) if self._epoch == epoch else None
 
-    def _id_of(self, key: tuple[str, Resource]) -> int:
-        sid = self._index.get(key)
-        if sid is None:
-            sid = len(self._keys)
-            self._keys.append(key)
-            self._index[key] = sid
-            if sid >= self._newest.shape[0]:  # grow geometrically: thousands of new series at once
-                grown = np.full(max(16, 2 * self._newest.shape[0]), -np.inf)
-                grown[: self._newest.shape[0]] = self._newest
-                self._newest = grown
-        return sid
-
     def _ids(self, keys: list[tuple[str, Resource]]) -> IntArray:
-        """The series id of each key, numbering new ones in order: one dict lookup each."""
-        ids = list(map(self._index.get, keys))
-        if self._loaded:
-            self._share(keys, ids)
+        """The series id of each key, numbering new ones in order."""
+        series = self._series
+        ids = series.ids(keys)
         if None in ids:
             for i, sid in enumerate(ids):
                 if sid is None:
                     # The batch's own key: the parser's memo holds the same tuple.
-                    ids[i] = self._id_of(keys[i])
+                    ids[i] = series.add(keys[i])
+            if len(series.keys) > self._newest.shape[0]:  # geometrically: thousands at once
+                grown = np.full(max(16, 2 * len(series.keys)), -np.inf)
+                grown[: self._newest.shape[0]] = self._newest
+                self._newest = grown
         return np.array(ids, SID)
-
-    def _share(self, keys: list[tuple[str, Resource]], ids: list[int | None]) -> None:
-        """Hold ``keys``' tuples for the series they name (equal to those held). After a
-        load, the provider's parser keeps tuples of its own from the first poll on: holding
-        the journal's beside them would keep two of every key (4 MB at 20,000 nodes)."""
-        held = self._keys
-        for key, sid in zip(keys, ids, strict=True):
-            if sid is not None:
-                held[sid] = key
-        self._index = {key: i for i, key in enumerate(held)}
 
     def shared(self, keys: Iterable[tuple[str, Resource]]) -> tuple[tuple[str, Resource], ...]:
         """``keys``, each as the tuple the store holds where it holds that series."""
-        index, held = self._index, self._keys
-        return tuple(held[sid] if (sid := index.get(key)) is not None else key for key in keys)
+        return self._series.shared(keys)
 
     def newest_of(self, keys: list[tuple[str, Resource]], latest: float) -> FloatArray:
         """Up to when the store holds each of ``keys``' series, as far as a sample at or
         before that time is refused as a repeat: its newest time, -inf for a series it does
         not hold or holds past ``latest`` (samples there are taken back before an add)."""
-        if not self._keys:
+        if not self._series.keys:
             return np.full(len(keys), -np.inf)
-        index = self._index
+        index = self._series.index
         ids = np.fromiter((index.get(k, -1) for k in keys), np.int64, len(keys))
         newest = self._newest[ids]
         newest[(ids < 0) | (newest > latest)] = -np.inf
@@ -159,7 +136,7 @@ class SampleStore:
 
     def newest_by_series(self) -> FloatArray:
         """Newest sample time per series id (-inf when the series has none)."""
-        return self._newest[: len(self._keys)].copy()
+        return self._newest[: len(self._series.keys)].copy()
 
     def add(
         self,
@@ -182,7 +159,7 @@ class SampleStore:
         on the faster path, where only newer samples are taken).
         """
         screened = self._screen(parts, keep_from, latest, clock, keep_older)
-        self._loaded = False
+        self._series.loaded = False
         return self._take(screened, keep_from)
 
     def add_in_turn(
@@ -214,7 +191,7 @@ class SampleStore:
             # each go as soon as it is merged (``merge.interleaved``).
             del screened, result
         self._take_waiting(waiting, keep_from)
-        self._loaded = False
+        self._series.loaded = False
         merged = combined(results) if results else AddResult(_empty_columns(), {})
         return replace(merged, added=self._cols) if was_empty else merged
 
@@ -225,7 +202,7 @@ class SampleStore:
         one)."""
         if not waiting:
             return
-        n = len(self._keys)
+        n = len(self._series.keys)
         for added in waiting:
             self._ends = ends.yielding(self._ends, added, n)
         del added  # the merge lets each batch go once merged (``merge.interleaved``)
@@ -253,7 +230,7 @@ class SampleStore:
             self._ids,
             lambda: self._newest,
             self._cols,
-            self._keys,
+            self._series.keys,
             keep_from,
             latest,
             clock,
@@ -273,14 +250,14 @@ class SampleStore:
             return result
         if screened.inserted:
             # Some samples go before their series' newest: the general merge.
-            self._cols = bytime.merge(self._cols, added, len(self._keys))
+            self._cols = bytime.merge(self._cols, added, len(self._series.keys))
             if keep_from is not None:
                 self._trim_columns(keep_from)
         elif keep_from is None:
             self._cols = merge.merge(self._cols, added)
         else:
             self._merge_trimmed(added, keep_from)
-        n = len(self._keys)
+        n = len(self._series.keys)
         self._ends = ends.yielding(self._ends, added, n)
         if screened.marks is None:
             return result
@@ -302,10 +279,9 @@ class SampleStore:
         staleness ``markers``, each in (series, time) order with one sample per time, as
         ``Journal.load_samples`` returns them."""
         self._epoch += 1
-        self._keys, self._index = list(keys), {key: i for i, key in enumerate(keys)}
+        self._series = SeriesKeys.of(keys, loaded=True)
         self._cols, self._ends = _as_store(samples), _as_store(markers)
         self._newest = renumber.newest_times(self._cols, max(16, len(keys)))
-        self._loaded = bool(keys)
         self._epoch += 1
 
     def trim(self, before: float) -> int:
@@ -322,7 +298,7 @@ class SampleStore:
 
     def _merge_trimmed(self, added: Columns, keep_from: float) -> None:
         """Merge ``added`` in without the samples older than ``keep_from`` (``merge.moves``)."""
-        plan = merge.moves(self._cols, added, keep_from, len(self._keys))
+        plan = merge.moves(self._cols, added, keep_from, len(self._series.keys))
         if isinstance(plan, Columns):
             self._cols = plan
         else:
@@ -351,7 +327,7 @@ class SampleStore:
         """Forget samples later than ``latest`` (the clock stepped back past them): kept,
         they would hide every sample of their series until the clock caught up. Returns
         how many were dropped."""
-        n = len(self._keys)
+        n = len(self._series.keys)
         self._ends = merge.masked(self._ends, self._ends.ts <= latest)
         if n == 0 or not bool((self._newest[:n] > latest).any()):
             return 0
@@ -363,14 +339,14 @@ class SampleStore:
 
     def idle_series(self, keep_from: float) -> int:
         """How many series have no sample from ``keep_from`` on."""
-        return int(np.count_nonzero(self._newest[: len(self._keys)] < keep_from))
+        return int(np.count_nonzero(self._newest[: len(self._series.keys)] < keep_from))
 
     def forget_idle(self, keep_from: float) -> IntArray | None:
         """Forget the series with no sample from ``keep_from`` on and number the others
         afresh, in their old order. Returns the new id of every old id (-1: forgotten), for
         whoever holds series ids (the journal, unwritten samples); None when nothing was
         forgotten. Samples older than ``keep_from`` go too."""
-        alive = self._newest[: len(self._keys)] >= keep_from
+        alive = self._newest[: len(self._series.keys)] >= keep_from
         if bool(alive.all()):
             return None
         return self._keep_series(
@@ -380,8 +356,8 @@ class SampleStore:
     def forget_nodes(self, nodes: Collection[str]) -> IntArray | None:
         """Forget every series of ``nodes`` (an operator said they are gone) and number the
         others afresh, as ``forget_idle`` does; None when the store held none of them."""
-        n = len(self._keys)
-        alive = np.fromiter((node not in nodes for node, _ in self._keys), bool, n)
+        n = len(self._series.keys)
+        alive = np.fromiter((node not in nodes for node, _ in self._series.keys), bool, n)
         if bool(alive.all()):
             return None
         return self._keep_series(alive, self._cols, self._ends)
@@ -389,29 +365,24 @@ class SampleStore:
     def _keep_series(self, alive: BoolArray, cols: Columns, held_ends: Columns) -> IntArray:
         """Keep the ``alive`` series of ``cols`` and ``ends``, numbered afresh in their old
         order; the new id of every old id (-1: forgotten)."""
-        kept = renumber.keep(alive, self._keys, self._newest, cols, held_ends)
+        kept = renumber.keep(alive, self._series.keys, self._newest, cols, held_ends)
         # Computed first, swapped in together: the odd epoch spans only the assignments.
         self._epoch += 1
-        self._keys, self._index, self._newest = kept.keys, kept.by_key, kept.newest
+        self._series, self._newest = SeriesKeys(kept.keys, kept.by_key), kept.newest
         self._cols, self._ends = kept.cols, kept.ends
         self._epoch += 1
         return kept.renumber
 
     def newest_of_node(self, node: str) -> float | None:
         """The newest sample time of any of ``node``'s series, None without any."""
-        times = [
-            float(self._newest[sid])
-            for r in Resource
-            if (sid := self._index.get((node, r))) is not None
-        ]
+        times = [float(self._newest[sid]) for sid in self._series.of_node(node)]
         finite = [t for t in times if t > -np.inf]
         return max(finite) if finite else None
 
     def holds(self, key: tuple[str, Resource]) -> bool:
         """Whether the store has series ``key`` (a read safe beside a merge in a thread)."""
-        return key in self._index
+        return key in self._series.index
 
     def count_new(self, keys: Iterable[tuple[str, Resource]]) -> int:
         """How many distinct ``keys`` the store does not hold yet."""
-        index = self._index
-        return len({key for key in keys if key not in index})
+        return self._series.count_new(keys)
