@@ -55,6 +55,9 @@ _WIRE_TYPES = {
 }
 SCORED = frozenset({Resource.CPU, Resource.MEMORY})
 
+# A series: the node it belongs to and what it measures.
+SeriesKey = tuple[str, Resource]
+
 
 class Operator(StrEnum):
     """A rollup statistic, named as on the wire."""

@@ -16,9 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from loadwatcher.model import Resource
-
-Key = tuple[str, Resource]
+from loadwatcher.model import Resource, SeriesKey
 
 
 @dataclass(frozen=True)
@@ -27,7 +25,7 @@ class Plan:
     hold yet with the ids they get, and the next free id after them."""
 
     file_ids: np.ndarray
-    fresh: list[tuple[Key, int]]
+    fresh: list[tuple[SeriesKey, int]]
     next_id: int
 
 
@@ -38,7 +36,7 @@ class FileIds:
     # and ints held twice otherwise); the next free id; file ids of forgotten series,
     # deleted from the file by the next write.
     file_ids: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    by_key: dict[Key, int] = field(default_factory=dict)
+    by_key: dict[SeriesKey, int] = field(default_factory=dict)
     next_id: int = 0
     doomed: list[int] = field(default_factory=list)
     # Set by ``loaded``: the next write's keys may be the store's own tuples (``share``).
@@ -52,14 +50,14 @@ class FileIds:
         self.doomed = []
         self.file_ids = np.empty(0, np.int64)
 
-    def held(self) -> tuple[list[Key], np.ndarray]:
+    def held(self) -> tuple[list[SeriesKey], np.ndarray]:
         """Every series the file holds (forgotten ones aside) and its file id, in file id
         order."""
         pairs = sorted(self.by_key.items(), key=lambda kv: kv[1])
         ids = np.fromiter((fid for _, fid in pairs), np.int64, len(pairs))
         return [key for key, _ in pairs], ids
 
-    def loaded(self, keys: list[Key], ids: np.ndarray) -> None:
+    def loaded(self, keys: list[SeriesKey], ids: np.ndarray) -> None:
         """The store was loaded from the file: store id i is file id ``ids[i]``."""
         self.file_ids = ids
         doomed = set(self.doomed)
@@ -68,7 +66,7 @@ class FileIds:
         }
         self.loaded_keys = True
 
-    def share(self, keys: list[Key]) -> None:
+    def share(self, keys: list[SeriesKey]) -> None:
         """Once after ``loaded``: map the store's key tuples (``keys``, index = store id),
         which replace the file's as the first poll brings its own, if they name the same
         series; otherwise both would be held."""
@@ -94,13 +92,13 @@ class FileIds:
         self.doomed.extend(gone)
         self.file_ids = self.file_ids[kept]
 
-    def plan(self, keys: list[Key]) -> Plan:
+    def plan(self, keys: list[SeriesKey]) -> Plan:
         """File ids for every store series (``keys``, index = store id)."""
         mapped = len(self.file_ids)
         if len(keys) <= mapped:
             return Plan(self.file_ids, [], self.next_id)
         more: list[int] = []
-        fresh: list[tuple[Key, int]] = []
+        fresh: list[tuple[SeriesKey, int]] = []
         next_id = self.next_id
         for key in keys[mapped:]:
             fid = self.by_key.get(key)

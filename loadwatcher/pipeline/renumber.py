@@ -9,18 +9,16 @@ from typing import NamedTuple
 import numpy as np
 
 from loadwatcher._types import BoolArray
-from loadwatcher.model import Columns, FloatArray, IntArray, Resource
+from loadwatcher.model import Columns, FloatArray, IntArray, SeriesKey
 from loadwatcher.pipeline import merge
-
-Key = tuple[str, Resource]
 
 
 class Renumbered(NamedTuple):
     """The series kept: their keys and ids by key, samples and markers in their new ids,
     newest times (room for 16 series at least), and the new id of every old id (-1: gone)."""
 
-    keys: list[Key]
-    by_key: dict[Key, int]
+    keys: list[SeriesKey]
+    by_key: dict[SeriesKey, int]
     cols: Columns
     ends: Columns
     newest: FloatArray
@@ -28,7 +26,7 @@ class Renumbered(NamedTuple):
 
 
 def keep(
-    alive: BoolArray, keys: list[Key], newest: FloatArray, cols: Columns, ends: Columns
+    alive: BoolArray, keys: list[SeriesKey], newest: FloatArray, cols: Columns, ends: Columns
 ) -> Renumbered:
     """The ``alive`` series of ``keys`` (``newest`` their newest times) and of ``cols`` and
     ``ends``, numbered afresh in their old order."""

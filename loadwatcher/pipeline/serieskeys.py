@@ -4,31 +4,31 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from loadwatcher.model import Resource
-
-Key = tuple[str, Resource]
+from loadwatcher.model import Resource, SeriesKey
 
 
 class SeriesKeys:
     """``keys[sid]`` is series ``sid``'s key, ``index`` the way back.
 
-    Loaded from the journal (``loaded``), the keys are the journal's tuples until the next
-    ``ids``: from then on the tuples of what it was given are held instead. After a load
-    the provider's parser keeps tuples of its own from the first poll on, and holding the
-    journal's beside them would keep two of every key (benchmarks/RESULTS.md, "Scale").
+    Loaded from the journal, the keys are the journal's tuples; while ``loaded`` (the store
+    clears it after its next add), ``ids`` holds the tuples it is given instead. After a
+    load the provider's parser keeps tuples of its own from the first poll on, and holding
+    the journal's beside them would keep two of every key (benchmarks/RESULTS.md, "Scale").
     """
 
-    def __init__(self, keys: list[Key], index: dict[Key, int], loaded: bool = False) -> None:
+    def __init__(
+        self, keys: list[SeriesKey], index: dict[SeriesKey, int], loaded: bool = False
+    ) -> None:
         self.keys = keys
         self.index = index
         self.loaded = loaded
 
     @classmethod
-    def of(cls, keys: Iterable[Key], loaded: bool = False) -> SeriesKeys:
+    def of(cls, keys: Iterable[SeriesKey], loaded: bool = False) -> SeriesKeys:
         held = list(keys)
         return cls(held, {key: i for i, key in enumerate(held)}, loaded and bool(held))
 
-    def ids(self, keys: list[Key]) -> list[int | None]:
+    def ids(self, keys: list[SeriesKey]) -> list[int | None]:
         """The series id of each key, None for one not held (one dict lookup each)."""
         ids = list(map(self.index.get, keys))
         if self.loaded:
@@ -40,7 +40,7 @@ class SeriesKeys:
             self.index = {key: i for i, key in enumerate(held)}
         return ids
 
-    def add(self, key: Key) -> int:
+    def add(self, key: SeriesKey) -> int:
         """``key``'s series id, numbering it if new."""
         sid = self.index.get(key)
         if sid is None:
@@ -49,7 +49,7 @@ class SeriesKeys:
             self.index[key] = sid
         return sid
 
-    def shared(self, keys: Iterable[Key]) -> tuple[Key, ...]:
+    def shared(self, keys: Iterable[SeriesKey]) -> tuple[SeriesKey, ...]:
         """``keys``, each as the tuple held where that series is held."""
         index, held = self.index, self.keys
         return tuple(held[sid] if (sid := index.get(key)) is not None else key for key in keys)
@@ -58,7 +58,7 @@ class SeriesKeys:
         """The series ids of ``node``."""
         return [sid for r in Resource if (sid := self.index.get((node, r))) is not None]
 
-    def count_new(self, keys: Iterable[Key]) -> int:
+    def count_new(self, keys: Iterable[SeriesKey]) -> int:
         """How many distinct ``keys`` are not held yet."""
         index = self.index
         return len({key for key in keys if key not in index})

@@ -12,18 +12,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from loadwatcher.model import Resource
-
-Key = tuple[str, Resource]
+from loadwatcher.model import SeriesKey
 
 
 class HeldSeries(Protocol):
     """What the budget reads of the store (``SampleStore``)."""
 
     @property
-    def keys(self) -> list[Key]: ...
+    def keys(self) -> list[SeriesKey]: ...
 
-    def holds(self, key: Key) -> bool: ...
+    def holds(self, key: SeriesKey) -> bool: ...
 
 
 class SeriesBudget:
@@ -32,12 +30,12 @@ class SeriesBudget:
     def __init__(self, limit: int, held: HeldSeries) -> None:
         self.limit = limit
         self._held = held
-        self._pending: set[Key] = set()  # new series taken, not yet in the store
+        self._pending: set[SeriesKey] = set()  # new series taken, not yet in the store
 
     def __len__(self) -> int:
         return len(self._held.keys) + len(self._pending)
 
-    def over(self, keys: Iterable[Key]) -> int:
+    def over(self, keys: Iterable[SeriesKey]) -> int:
         """How many series past the limit taking ``keys`` would go (0: within it); when
         within, they are counted as taken."""
         held, pending = self._held, self._pending
