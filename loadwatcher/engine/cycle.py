@@ -94,9 +94,9 @@ class Engine:
         self._transitions = TransitionLog()
         self._idle_work: asyncio.Future[None] | None = None
         self._spare = allocator.Spare()
-        # Whether the next poll asks for the whole retention, or for the gap since a
-        # restore, then the retention if it brings series the journal lacks (``ingest``).
-        self.backfill_due, self.restored = False, False
+        # Set by a restore: the next poll asks for the gap since the journal's newest
+        # sample, then the retention if it brings series the journal lacks (``ingest``).
+        self.restored = False
         # What the served snapshot was built from while it is the first look (``firstlook``).
         self.first_look: Summary | None = None
         # Called after each publication (push: the lag from arrival to publication).
@@ -131,12 +131,11 @@ class Engine:
         await self.wait_idle_work()
         if self.current is None and not self.store.keys:
             await firstlook.serve(self, now)
-        backfill, restored = self.backfill_due, self.restored
-        latest = now + self.options.future_tolerance_s
-        if backfill or restored:  # trimmed now, not in a slice's merge: a copy beside each
+        restored, latest = self.restored, now + self.options.future_tolerance_s
+        if restored:  # trimmed now, not in a slice's merge: a copy beside each
             await asyncio.to_thread(self.store.trim, self.keep_from(now))
         outcome, _ = await asyncio.gather(
-            ingest.fetch(self.provider, self.store, now, backfill, latest, restored),
+            ingest.fetch(self.provider, self.store, now, latest, restored),
             self._fetch_corroborating(now),
             return_exceptions=True,
         )
@@ -152,7 +151,7 @@ class Engine:
             self.log_health(now)
             return
         result = outcome
-        self.backfill_due = self.restored = False
+        self.restored = False
         self.cadence.back_off(result.errors, now)
         published_at = self.current.snapshot.taken_at if self.current else None
         if self.cadence.nothing_new(result, now, published_at, self.store.newest()):
@@ -177,7 +176,7 @@ class Engine:
             # While the wall clock has stepped, held samples are not taken back.
             take_back=self.clock_step is None,
             sources=self.sources,
-            backfill=backfill or restored,
+            backfill=restored,
         )
         added = ingested.result
         ingest.count(self.metrics, ingested)

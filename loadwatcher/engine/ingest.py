@@ -84,7 +84,6 @@ async def fetch(
     provider: Provider,
     store: SampleStore,
     now: float,
-    backfill: bool,
     latest: float,
     restored: bool = False,
 ) -> FetchResult:
@@ -93,7 +92,7 @@ async def fetch(
     each slice is parsed (``Backfilling``), rather than a second copy of the retention.
 
     The first poll after a restore (``restored``) asks a ``Backfilling`` provider for what
-    is new, as any poll (any other provider, the whole retention: ``backfill``): the
+    is new, as any poll (any other provider, the whole retention at once): the
     journal's series have the rest, and a node that joined while the service was down has
     all its samples in that gap. Should it bring a series the journal lacks, which may
     have an older past (forgotten as idle, refused by ``max_new_series``, written while
@@ -102,21 +101,18 @@ async def fetch(
     whole retention at every restart held an answer's parsing beside the restored store:
     at 20,000 nodes, the restart's peak.
     """
-    if restored and not isinstance(provider, Backfilling):
-        # Its fetch hands over what it holds (pushed samples taken from a buffer): asking
-        # again would lose them. It gets the whole retention at once, as a cold start.
-        backfill = True
-    newest_of = functools.partial(store.newest_of, latest=latest)
-    if backfill and store.keys and isinstance(provider, Backfilling):
-        return await provider.backfill(now, newest_of)
-    since = None if backfill else store.newest()
+    # Any other provider's fetch hands over what it holds (pushed samples taken from a
+    # buffer): asking again would lose them. It gets the whole retention at once, as a
+    # cold start.
+    since = None if restored and not isinstance(provider, Backfilling) else store.newest()
     result = await provider.fetch(now, since)
-    # ``since`` None: the journal held no sample in the retention, the whole of it was asked.
-    if restored and since is not None and isinstance(provider, Backfilling):
-        # Off the event loop: a set of every series (130,000 at 65,000 nodes).
-        lacking = await asyncio.to_thread(_lacks, store, result)
-        if lacking:
-            return await provider.backfill(now, newest_of)
+    # ``since`` None: the journal held no sample in the retention, the whole of it was
+    # asked. The lacking-series check runs off the event loop: a set of every series
+    # (130,000 at 65,000 nodes).
+    if not restored or since is None or not isinstance(provider, Backfilling):
+        return result
+    if await asyncio.to_thread(_lacks, store, result):
+        return await provider.backfill(now, functools.partial(store.newest_of, latest=latest))
     return result
 
 

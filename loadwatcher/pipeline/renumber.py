@@ -14,11 +14,10 @@ from loadwatcher.pipeline import merge
 
 
 class Renumbered(NamedTuple):
-    """The series kept: their keys and ids by key, samples and markers in their new ids,
-    newest times (room for 16 series at least), and the new id of every old id (-1: gone)."""
+    """The series kept: their keys, samples and markers in their new ids, newest times
+    (room for 16 series at least), and the new id of every old id (-1: gone)."""
 
     keys: list[SeriesKey]
-    by_key: dict[SeriesKey, int]
     cols: Columns
     ends: Columns
     newest: FloatArray
@@ -36,7 +35,6 @@ def keep(
     times[: len(kept)] = newest[: len(keys)][alive]
     return Renumbered(
         kept,
-        {key: i for i, key in enumerate(kept)},
         merge.renumbered(cols, renumber),
         merge.renumbered(ends, renumber),
         times,

@@ -26,7 +26,14 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from loadwatcher._types import BoolArray
-from loadwatcher.model import Columns, FloatArray, IntArray, Resource, Series, SeriesBatch
+from loadwatcher.model import (
+    Columns,
+    FloatArray,
+    IntArray,
+    Series,
+    SeriesBatch,
+    SeriesKey,
+)
 from loadwatcher.pipeline import bytime, ends, merge, renumber
 from loadwatcher.pipeline.added import AddResult, Screened, combined, screen
 from loadwatcher.pipeline.serieskeys import SeriesKeys
@@ -36,7 +43,7 @@ class Held(NamedTuple):
     """The store as one consistent read: each series id's key, the samples, and the
     staleness markers (both in (series, time) order)."""
 
-    keys: tuple[tuple[str, Resource], ...]
+    keys: tuple[SeriesKey, ...]
     cols: Columns
     ends: Columns
 
@@ -71,7 +78,7 @@ class SampleStore:
         self._epoch = 0
 
     @property
-    def keys(self) -> list[tuple[str, Resource]]:
+    def keys(self) -> list[SeriesKey]:
         """(node, resource) of each series id."""
         return self._series.keys
 
@@ -97,7 +104,7 @@ class SampleStore:
         keys = tuple(self._series.keys)
         return Held(keys, cols, ends) if self._epoch == epoch else None
 
-    def _ids(self, keys: list[tuple[str, Resource]]) -> IntArray:
+    def _ids(self, keys: list[SeriesKey]) -> IntArray:
         """The series id of each key, numbering new ones in order."""
         series = self._series
         ids = series.ids(keys)
@@ -112,11 +119,11 @@ class SampleStore:
                 self._newest = grown
         return np.array(ids, SID)
 
-    def shared(self, keys: Iterable[tuple[str, Resource]]) -> tuple[tuple[str, Resource], ...]:
+    def shared(self, keys: Iterable[SeriesKey]) -> tuple[SeriesKey, ...]:
         """``keys``, each as the tuple the store holds where it holds that series."""
         return self._series.shared(keys)
 
-    def newest_of(self, keys: list[tuple[str, Resource]], latest: float) -> FloatArray:
+    def newest_of(self, keys: list[SeriesKey], latest: float) -> FloatArray:
         """Up to when the store holds each of ``keys``' series, as far as a sample at or
         before that time is refused as a repeat: its newest time, -inf for a series it does
         not hold or holds past ``latest`` (samples there are taken back before an add)."""
@@ -273,7 +280,7 @@ class SampleStore:
             repeated=result.repeated + twice,
         )
 
-    def load(self, keys: list[tuple[str, Resource]], samples: Columns, markers: Columns) -> None:
+    def load(self, keys: list[SeriesKey], samples: Columns, markers: Columns) -> None:
         """Replace the content with what was recovered from the journal: ``keys`` unique
         (the file's series, ``keys[i]`` being series id ``i``), ``samples`` and apart the
         staleness ``markers``, each in (series, time) order with one sample per time, as
@@ -366,9 +373,10 @@ class SampleStore:
         """Keep the ``alive`` series of ``cols`` and ``ends``, numbered afresh in their old
         order; the new id of every old id (-1: forgotten)."""
         kept = renumber.keep(alive, self._series.keys, self._newest, cols, held_ends)
+        series = SeriesKeys.of(kept.keys)
         # Computed first, swapped in together: the odd epoch spans only the assignments.
         self._epoch += 1
-        self._series, self._newest = SeriesKeys(kept.keys, kept.by_key), kept.newest
+        self._series, self._newest = series, kept.newest
         self._cols, self._ends = kept.cols, kept.ends
         self._epoch += 1
         return kept.renumber
@@ -379,10 +387,10 @@ class SampleStore:
         finite = [t for t in times if t > -np.inf]
         return max(finite) if finite else None
 
-    def holds(self, key: tuple[str, Resource]) -> bool:
+    def holds(self, key: SeriesKey) -> bool:
         """Whether the store has series ``key`` (a read safe beside a merge in a thread)."""
         return key in self._series.index
 
-    def count_new(self, keys: Iterable[tuple[str, Resource]]) -> int:
+    def count_new(self, keys: Iterable[SeriesKey]) -> int:
         """How many distinct ``keys`` the store does not hold yet."""
         return self._series.count_new(keys)
