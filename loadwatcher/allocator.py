@@ -5,7 +5,10 @@ size would stay at the start's peak long after. ``trim`` returns them: after a s
 after a cycle once the resident size grew more than ``KEEP_FREE_BYTES`` (``Spare``). A
 steady cycle frees a few megabytes that the next one takes again, and pages given back
 are faulted in anew: trimming them at every poll cost a small cluster's poll more CPU than
-those megabytes are worth (benchmarks/RESULTS.md).
+those megabytes are worth. From about 5,000 nodes a steady cycle frees more than
+``KEEP_FREE_BYTES`` and every poll trims; there the faults cost no CPU that stands out of
+the spread between runs, and the trim keeps the resident size lower (both measured in
+benchmarks/RESULTS.md).
 
 ``configure`` (at start, before any thread) also keeps the cycle's large numpy buffers out
 of glibc's heaps: by default its mmap threshold rises to the largest block freed, so
