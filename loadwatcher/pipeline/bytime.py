@@ -29,9 +29,13 @@ def holds(cols: Columns, n_series: int, sid: IntArray, ts: FloatArray) -> BoolAr
         return out
     if scale.exact:
         key = scale.key(cols.sid, cols.ts)
-        pos = np.searchsorted(key, scale.key(sid[rows], ts[rows]))
+        asked = scale.key(sid[rows], ts[rows])
+        pos = np.searchsorted(key, asked)
+        # Times closer than the key's spacing share a key (line protocol keeps nanoseconds):
+        # look through every sample of the asked key, and one on either side.
+        ties = int((np.searchsorted(key, asked, "right") - pos).max())
         last = len(cols) - 1
-        for step in (-1, 0, 1):  # a rounding tie at most one off
+        for step in range(-1, ties + 1):
             at = np.clip(pos + step, 0, last)
             out[rows] |= (cols.sid[at] == sid[rows]) & (cols.ts[at] == ts[rows])
         return out
@@ -68,7 +72,9 @@ def merge(old: Columns, new: Columns, n_series: int) -> Columns:
 @dataclass(frozen=True)
 class _Scale:
     """The key's parameters for times in ``[low, high]``. ``exact`` while the key's spacing
-    at its largest stays far below any two distinct sample times (a microsecond)."""
+    at its largest stays below a microsecond: keys then order as (series, time) do, times
+    that close apart sharing a key at most (``holds`` looks through all that share one,
+    ``merge`` checks the order it made)."""
 
     low: float
     high: float
