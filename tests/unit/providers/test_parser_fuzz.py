@@ -327,6 +327,22 @@ def answer(values: list[list[str]], times: list[list[str]] | None = None) -> byt
 def test_sample_values_are_bit_identical_to_float(rows: list[list[float]], fmt: Any) -> None:
     """Every value Prometheus can write (and Python's repr of finite values, with exponents)
     parses to the float64 that ``float(text)`` gives, through the bytes path."""
+    _values_read_as_float(rows, fmt)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    st.lists(st.lists(floats, min_size=1, max_size=8), min_size=1, max_size=6),
+    st.sampled_from([go_format, prom_format, finite_repr]),
+)
+def test_values_are_bit_identical_without_extended_precision(rows: list[list[float]], fmt: Any):
+    """Where ``longdouble`` is ``double`` (Apple silicon, Windows), every value beyond
+    Clinger's fast path is read one by one instead: the same bits."""
+    with mock.patch.object(decimals, "_WIDE", None):
+        _values_read_as_float(rows, fmt)
+
+
+def _values_read_as_float(rows: list[list[float]], fmt: Any) -> None:
     texts = [[fmt(x) for x in row] for row in rows]
     body = answer(texts)
     got = bytes_path(body)
