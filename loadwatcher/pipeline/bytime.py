@@ -72,9 +72,9 @@ def merge(old: Columns, new: Columns, n_series: int) -> Columns:
 @dataclass(frozen=True)
 class _Scale:
     """The key's parameters for times in ``[low, high]``. ``exact`` while the key's spacing
-    at its largest stays below a microsecond: keys then order as (series, time) do, times
-    that close apart sharing a key at most (``holds`` looks through all that share one,
-    ``merge`` checks the order it made)."""
+    at its largest stays below a microsecond: keys then order as (series, time) do, and
+    only times closer than that can share one (``holds`` looks through all that share a
+    key, ``merge`` checks the order it made)."""
 
     low: float
     high: float
