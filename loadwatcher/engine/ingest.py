@@ -101,17 +101,17 @@ async def fetch(
     whole retention at every restart held an answer's parsing beside the restored store:
     at 20,000 nodes, the restart's peak.
     """
-    # Any other provider's fetch hands over what it holds (pushed samples taken from a
-    # buffer): asking again would lose them. It gets the whole retention at once, as a
-    # cold start.
-    since = None if restored and not isinstance(provider, Backfilling) else store.newest()
+    if not isinstance(provider, Backfilling):
+        # Its fetch hands over what it holds (pushed samples taken from a buffer): asking
+        # again would lose them. After a restore it gets the whole retention at once, as a
+        # cold start.
+        return await provider.fetch(now, None if restored else store.newest())
+    since = store.newest()
     result = await provider.fetch(now, since)
     # ``since`` None: the journal held no sample in the retention, the whole of it was
     # asked. The lacking-series check runs off the event loop: a set of every series
     # (130,000 at 65,000 nodes).
-    if not restored or since is None or not isinstance(provider, Backfilling):
-        return result
-    if await asyncio.to_thread(_lacks, store, result):
+    if restored and since is not None and await asyncio.to_thread(_lacks, store, result):
         return await provider.backfill(now, functools.partial(store.newest_of, latest=latest))
     return result
 

@@ -73,7 +73,7 @@ class SampleStore:
         self._newest: FloatArray = np.empty(0, np.float64)
         self._cols = _empty_columns()
         self._ends = _empty_columns()  # staleness markers, as the samples
-        # Odd while the series are renumbered (``load``, ``forget_idle``): then ``_keys`` and
+        # Odd while the series are renumbered (``load``, ``forget_idle``): then the keys and
         # ``_cols`` may disagree, and ``held`` tells a reader in another thread to wait.
         self._epoch = 0
 

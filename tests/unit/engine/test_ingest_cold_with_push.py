@@ -73,9 +73,5 @@ def test_every_polled_and_pushed_sample_is_taken_or_counted(
 
 
 def _pairs(batch: SeriesBatch) -> list[tuple[str, float]]:
-    out: list[tuple[str, float]] = []
-    at = 0
-    for (node, _), n in zip(batch.keys, batch.lengths.tolist(), strict=True):
-        out += [(node, t) for t in batch.ts[at : at + n].tolist()]
-        at += n
-    return out
+    nodes = np.repeat([node for node, _ in batch.keys], batch.lengths).tolist()
+    return list(zip(nodes, batch.ts.tolist(), strict=True))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import struct
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -37,12 +36,13 @@ def _garbled(body: bytes) -> bytes:
 
 def _unknown_form(body: bytes) -> bytes:
     """The same snapshot, its ``format`` a later version's."""
-    if body.startswith(b"LWS3"):  # gzip-compressed JSON after the magic
-        doc = orjson.loads(zlib.decompress(body[4:], wbits=31))
+    magic = snapshot._WITHOUT_WINDOWS_MAGIC
+    if body.startswith(magic):  # gzip-compressed JSON after the magic
+        doc = orjson.loads(zlib.decompress(body[len(magic) :], wbits=31))
         doc["format"] = 99
         packer = zlib.compressobj(wbits=31)
-        return body[:4] + packer.compress(orjson.dumps(doc)) + packer.flush()
-    header = struct.Struct("<4sI")
+        return magic + packer.compress(orjson.dumps(doc)) + packer.flush()
+    header = snapshot._HEADER
     magic, size = header.unpack_from(body)
     doc = orjson.loads(body[header.size : header.size + size])
     doc["format"] = 99

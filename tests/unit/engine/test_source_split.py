@@ -74,16 +74,10 @@ def _polled(
 
 
 def _samples(parts: Sequence[Series | SeriesBatch]) -> list[tuple[str, float]]:
-    out: list[tuple[str, float]] = []
-    for part in parts:
-        if isinstance(part, Series):
-            out += [(part.node, t) for t in part.ts.tolist()]
-        else:
-            at = 0
-            for (node, _), n in zip(part.keys, part.lengths.tolist(), strict=True):
-                out += [(node, t) for t in part.ts[at : at + n].tolist()]
-                at += n
-    return sorted(out)
+    """Every sample of ``parts`` as (node, time), sorted."""
+    batch = SeriesBatch.joined(parts)
+    nodes = np.repeat([node for node, _ in batch.keys], batch.lengths).tolist()
+    return sorted(zip(nodes, batch.ts.tolist(), strict=True))
 
 
 @settings(max_examples=examples(300), deadline=None)
