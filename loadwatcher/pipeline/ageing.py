@@ -66,12 +66,9 @@ def aged(snap: RollupSnapshot, now: float, stale_after_s: float) -> Tags | None:
             by_node.setdefault(node, {})[resource.value] = (is_stale, t)
     changed: Tags = {}
     for node, series in by_node.items():
+        # A candidate with a quality has a stale series not told yet; one without a quality
+        # gets one whatever else its tags hold.
         old = tags.get(node, {})
-        any_stale = any(s for s, _ in series.values())
-        if "quality" in old and not any_stale:
-            continue
-        if _severity(old.get("quality")) >= _STALE and "lastSample" in old:
-            continue
         new = dict(old)
         fallback = str(Quality.LOW_COVERAGE if "quality" not in old else Quality.OK)
         detail = dict(old.get("detail", {}))

@@ -20,6 +20,8 @@ NAMES = {Resource.CPU: "cpu", Resource.MEMORY: "memory"}
 
 tag = st.one_of(
     st.just({}),
+    # A newest sample known, no quality: nothing produces it today, and it must still age.
+    st.builds(lambda last: {"lastSample": last}, st.integers(int(NOW) - 900, int(NOW))),
     st.builds(
         lambda q, last: {"quality": q, **({"lastSample": last} if last is not None else {})},
         st.sampled_from([str(q) for q in Quality]),
