@@ -28,32 +28,33 @@ common.setup_paths()
 
 import aiohttp  # noqa: E402
 from bench_process import Service  # noqa: E402
-from push_common import compress, sample_bytes, series_bytes  # noqa: E402
+
+from tests.support.remote_write import compressed, sample, series_labels  # noqa: E402
 
 CPU, MEM = "instance:node_cpu:ratio", "instance:node_memory_utilisation:ratio"
 
 
 def label_sets(scale: int) -> Iterator[tuple[float, bytes]]:
-    now = sample_bytes(0.5, int(time.time() * 1000))
+    now = sample(time.time(), 0.5)
     for k in range(60 // scale):
         labels = ([(b"junk", b"%d-%d-" % (k, i) + b"x" * 15_000)] for i in range(1_000))
-        yield 0.0, compress(series_bytes(CPU, each) + now for each in labels)
+        yield 0.0, compressed(series_labels(CPU, each) + now for each in labels)
 
 
 def clusters(scale: int) -> Iterator[tuple[float, bytes]]:
-    now = sample_bytes(0.5, int(time.time() * 1000))
+    now = sample(time.time(), 0.5)
     rest = [(b"instance", b"node-0:9100"), (b"prometheus_replica", b"r1")]
     for k in range(48 // scale):
         labels = ([(b"cluster", b"c-%d-%d" % (k, i)), *rest] for i in range(50_000))
-        yield 0.0, compress(series_bytes(CPU, each) + now for each in labels)
+        yield 0.0, compressed(series_labels(CPU, each) + now for each in labels)
 
 
 def node_names(scale: int) -> Iterator[tuple[float, bytes]]:
     for second in range(60 // scale):
-        now = sample_bytes(0.5, int(time.time() * 1000))
+        now = sample(time.time(), 0.5)
         names = ((b"instance", b"n-%d-%d:9100" % (second, i)) for i in range(5_000))
-        each = (series_bytes(metric, [name]) for name in names for metric in (CPU, MEM))
-        yield float(second), compress(lb + now for lb in each)
+        each = (series_labels(metric, [name]) for name in names for metric in (CPU, MEM))
+        yield float(second), compressed(lb + now for lb in each)
 
 
 # Each load: its name, what the table calls it, its bodies (send at, s; body) by scale.

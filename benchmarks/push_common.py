@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import re
-import struct
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
-import cramjam
 from bench_common import cpu_s, memory_kib
 from bench_process import Service
+
+from tests.support.remote_write import compressed, sample, series_labels
 
 RULES = (("instance:node_cpu:ratio", "CPU"), ("instance:node_memory_utilisation:ratio", "Memory"))
 # What the Prometheus Operator adds to everything a Prometheus sends (external labels);
@@ -42,45 +42,6 @@ def push_service(workdir: Path, interval_s: float, poll_interval_s: float, name:
     env = {"LOADWATCHER_PUSH_PUBLISH_INTERVAL_S": f"{interval_s:g}"}
     service = Service(workdir, workdir / "journal.db", "", name, poll_interval_s, "push", env)
     return service.start()
-
-
-# -- remote-write bodies: protobuf written by hand (remote_write.proto's field numbers) -------
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _field(key: int, payload: bytes) -> bytes:
-    """A length-delimited field (key: field number << 3 | 2)."""
-    return bytes([key]) + _varint(len(payload)) + payload
-
-
-def series_bytes(name: str | bytes, labels: Iterable[tuple[str | bytes, str | bytes]]) -> bytes:
-    """A TimeSeries holding only its labels (``__name__`` first, the rest sorted)."""
-    pairs = [("__name__", name), *sorted(labels)]
-    return b"".join(_field(0x0A, _field(0x0A, _b(k)) + _field(0x12, _b(v))) for k, v in pairs)
-
-
-def _b(text: str | bytes) -> bytes:
-    return text.encode() if isinstance(text, str) else text
-
-
-def sample_bytes(value: float, ts_ms: int) -> bytes:
-    """One sample as the tail of a TimeSeries: appended to ``series_bytes`` it is the
-    series with that sample (protobuf merges repeated fields of concatenated messages)."""
-    value_field = b"\x09" + struct.pack("<d", value) if value else b""  # proto3 omits 0.0
-    return _field(0x12, value_field + b"\x10" + _varint(ts_ms))
-
-
-def compress(series: Iterable[bytes]) -> bytes:
-    """A WriteRequest of ``series`` (whole TimeSeries messages), snappy block format."""
-    return bytes(cramjam.snappy.compress_raw(b"".join(_field(0x0A, s) for s in series)))
 
 
 def node_name(i: int) -> str:
@@ -120,16 +81,16 @@ class RulePayload:
         for metric, wire_type in RULES:
             for i in range(nodes):
                 labels = [("instance", f"{node_name(i)}:9100"), ("job", "node-exporter")]
-                self.series.append((i, wire_type, series_bytes(metric, [*labels, *EXTERNAL])))
+                self.series.append((i, wire_type, series_labels(metric, [*labels, *EXTERNAL])))
 
     def round(self, ts: float, round_k: int) -> list[Body]:
         """One evaluation at ``ts`` in bodies of SAMPLES_PER_BODY, probed by their last series."""
         ts_ms = round(ts * 1000)
-        tails = {v: sample_bytes(v, ts_ms) for v in {marker(i, round_k) for i in range(90)}}
+        tails = {v: sample(ts_ms / 1000, v) for v in {marker(i, round_k) for i in range(90)}}
         bodies = []
         for start in range(0, len(self.series), SAMPLES_PER_BODY):
             chunk = self.series[start : start + SAMPLES_PER_BODY]
-            data = compress(lb + tails[marker(i, round_k)] for i, _, lb in chunk)
+            data = compressed(lb + tails[marker(i, round_k)] for i, _, lb in chunk)
             i, wire_type, _ = chunk[-1]
             probe = Probe(node_name(i), wire_type, 100 * marker(i, round_k))
             bodies.append(Body(data, len(chunk), probe, ts_ms / 1000))
@@ -153,18 +114,18 @@ class DiscardPayload:
     def __init__(self, nodes: int) -> None:
         names = [f"node_{s}_{x}" for s in _SUBSYSTEMS for x in _SUFFIXES][:DISCARD_NAMES]
         self.series = [
-            series_bytes(name, [("device", "sda"), ("instance", f"{node_name(i)}:9100"),
+            series_labels(name, [("device", "sda"), ("instance", f"{node_name(i)}:9100"),
                                 ("job", "node-exporter"), *EXTERNAL])
             for i in range(nodes) for name in names
         ]  # fmt: skip
 
     def round(self, ts: float, round_k: int) -> list[Body]:
-        tail = sample_bytes(float(round_k % 1000), round(ts * 1000))
+        tail = sample(ts, float(round_k % 1000))
         chunks = [
             self.series[k : k + SAMPLES_PER_BODY]
             for k in range(0, len(self.series), SAMPLES_PER_BODY)
         ]
-        return [Body(compress(lb + tail for lb in chunk), len(chunk)) for chunk in chunks]
+        return [Body(compressed(lb + tail for lb in chunk), len(chunk)) for chunk in chunks]
 
 
 # -- sending --------------------------------------------------------------------------------
