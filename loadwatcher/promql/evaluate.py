@@ -14,7 +14,7 @@ import numpy as np
 import promql_parser
 
 from loadwatcher._types import IntArray
-from loadwatcher.promql import aggregate, binary, functions, selectors
+from loadwatcher.promql import aggregate, binary, functions, guard, selectors
 from loadwatcher.promql.storage import Storage
 from loadwatcher.promql.values import (
     Budget,
@@ -43,6 +43,7 @@ class Result:
 def parse(text: str) -> promql_parser.Expr:
     if not text.strip():
         raise QueryError(ErrorType.BAD_DATA, 'invalid parameter "query": empty query')
+    guard.check(text)
     try:
         return promql_parser.parse(text)
     except (KeyboardInterrupt, SystemExit):
@@ -61,8 +62,7 @@ def instant(storage: Storage, text: str, at_ms: int, budget: Budget) -> Result:
         points = selectors.raw(storage, node, at_ms, budget)
         budget.check_series(len(points.labels))
         return Result("matrix", points, steps)
-    value = _Evaluator(storage, steps, budget).eval(node)
-    return _result(value, steps, budget)
+    return _result(_evaluated(storage, steps, budget, node), steps, budget)
 
 
 def range_query(
@@ -87,8 +87,7 @@ def range_query(
             'invalid expression type "string" for range query, must be Scalar or instant Vector',
         )
     steps = np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64)
-    value = _Evaluator(storage, steps, budget).eval(node)
-    result = _result(value, steps, budget)
+    result = _result(_evaluated(storage, steps, budget, node), steps, budget)
     return Result("matrix", result.value, steps)
 
 
@@ -103,6 +102,17 @@ def _result(value: Value, steps: IntArray, budget: Budget) -> Result:
     if isinstance(value, Text):
         return Result("string", value, steps)
     return Result("matrix", value, steps)
+
+
+def _evaluated(
+    storage: Storage, steps: IntArray, budget: Budget, node: promql_parser.Expr
+) -> Value:
+    try:
+        return _Evaluator(storage, steps, budget).eval(node)
+    except RecursionError:  # guard.MAX_TERMS keeps well inside the limit: this is a margin
+        raise QueryError(
+            ErrorType.BAD_DATA, 'invalid parameter "query": the expression nests too deeply'
+        ) from None
 
 
 def _unwrap(node: promql_parser.Expr) -> promql_parser.Expr:
