@@ -82,8 +82,8 @@ def connection_room(wanted: int) -> int:
     room = max(soft // 2, soft - RESERVE)
     log.warning(
         "the descriptor limit (RLIMIT_NOFILE %d, hard %s) leaves room for %d connections, "
-        "fewer than server.max_connections (%d): further ones are closed as they arrive; "
-        "raise the limit (ulimit -n) to serve more",
+        "fewer than server.max_connections (%d): past them, silent ones make room or new ones "
+        "are closed; raise the limit (ulimit -n) to serve more",
         soft,
         "unlimited" if hard == resource.RLIM_INFINITY else hard,
         room,

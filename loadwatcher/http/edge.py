@@ -8,9 +8,12 @@ answers what its HTTP parser rejects with plain text that echoes the raw request
 
 - a connection whose request headers are not complete ``header_timeout_s`` after it opened
   (after its TLS handshake, itself bounded by the same time) is closed;
-- beyond ``max_connections`` open connections (fewer where the descriptor limit cannot hold
-  them: ``descriptors.connection_room``), a new one is closed as it arrives, with one log
-  line per burst of refusals;
+- at ``max_connections`` open connections (fewer where the descriptor limit cannot hold
+  them: ``descriptors.connection_room``), a new one takes the place of the oldest that has
+  not yet sent its first request's headers, which is closed (as nginx reuses an idle
+  connection when it runs out): holding connections open without a word, the cheapest
+  flood, cannot lock the scheduler or kubelet's probes out. When every open connection has
+  sent a request, the new one is closed as it arrives. Either is one log line per burst;
 - the parser's errors are the API's JSON error (``JsonErrorHandler``), echoing nothing.
 
 Later requests on a kept-alive connection are bounded by aiohttp's keep-alive timer
@@ -165,6 +168,9 @@ class Guard:
         self.limits = limits
         self.open = 0
         self.refusals = descriptors.Refusals()
+        self.evictions = descriptors.Refusals()
+        # Open connections whose first request's headers have not come, oldest first.
+        self.silent: dict[GuardedConnection, None] = {}
 
     def __call__(self) -> GuardedConnection:
         return GuardedConnection(self)
@@ -180,13 +186,30 @@ class Guard:
             access_log=None,  # type: ignore[arg-type]
         )
 
-    def refuse(self) -> None:
-        if self.refusals.refused():
+    def admit(self) -> bool:
+        """Whether a new connection may open: under the cap, or in the place of the oldest
+        silent one (closed here)."""
+        if self.open < self.limits.max_connections:
+            return True
+        oldest = next(iter(self.silent), None)
+        if oldest is None:
+            if self.refusals.refused():
+                log.warning(
+                    "refusing new connections: %d open, each has sent a request "
+                    "(server.max_connections)%s",
+                    self.open,
+                    self.refusals.take_unlogged(),
+                )
+            return False
+        oldest.close()
+        if self.evictions.refused():
             log.warning(
-                "refusing new connections: %d open (server.max_connections)%s",
-                self.open,
-                self.refusals.take_unlogged(),
+                "%d connections open (server.max_connections): closing those that have sent "
+                "no request to admit new ones%s",
+                self.open + 1,
+                self.evictions.take_unlogged(),
             )
+        return True
 
 
 class GuardedConnection(asyncio.Protocol):
@@ -198,31 +221,46 @@ class GuardedConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._deadline: asyncio.TimerHandle | None = None
         self._headers = HeadersWatch()
+        self._counted = False  # holds one of the guard's open places
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         guard = self._guard
-        if guard.open >= guard.limits.max_connections:
+        if not guard.admit():
             transport.abort()  # frees the descriptor now; connection_lost follows
-            guard.refuse()
             return
         guard.open += 1
+        self._counted = True
+        guard.silent[self] = None
         self._transport = transport
         self._deadline = asyncio.get_running_loop().call_later(
-            guard.limits.header_timeout_s, self._expire
+            guard.limits.header_timeout_s, self.close
         )
         self._inner = guard.handler()
         self._inner.connection_made(transport)
 
-    def _expire(self) -> None:
-        self._deadline = None
+    def close(self) -> None:
+        """Close the connection now (its headers are late, or its place is wanted); its
+        place is free at once, before asyncio reports it lost."""
+        self._stop_waiting()
+        self._release()
         if self._transport is not None:
             self._transport.abort()
 
-    def data_received(self, data: bytes) -> None:
-        if self._deadline is not None and self._headers.complete(data):
+    def _stop_waiting(self) -> None:
+        if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
+        self._guard.silent.pop(self, None)
+
+    def _release(self) -> None:
+        if self._counted:
+            self._counted = False
+            self._guard.open -= 1
+
+    def data_received(self, data: bytes) -> None:
+        if self._deadline is not None and self._headers.complete(data):
+            self._stop_waiting()
         if self._inner is not None:
             self._inner.data_received(data)
 
@@ -239,11 +277,9 @@ class GuardedConnection(asyncio.Protocol):
             self._inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        self._stop_waiting()
+        self._release()
         if self._inner is not None:
-            self._guard.open -= 1
             inner, self._inner = self._inner, None
             self._transport = None
             inner.connection_lost(exc)

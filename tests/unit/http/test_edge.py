@@ -149,12 +149,22 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-async def test_beyond_the_cap_new_connections_are_closed_and_service_recovers(
+async def kept_alive(served: Served) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection that has been answered once and is held open for the next request."""
+    reader, writer = await served.connect()
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    await reader.readexactly(int(head.lower().split(b"content-length: ")[1].split(b"\r")[0]))
+    return reader, writer
+
+
+@pytest.mark.parametrize("guarded", [edge.EdgeLimits(30.0, 30.0, 8)], indirect=True)
+async def test_when_every_open_connection_has_asked_new_ones_are_closed_and_service_recovers(
     guarded, caplog
 ) -> None:
     cap = guarded.site.guard.limits.max_connections
-    idle = [await guarded.connect() for _ in range(cap)]
-    await asyncio.sleep(0.05)
+    held = [await kept_alive(guarded) for _ in range(cap)]
     assert guarded.site.guard.open == cap
     caplog.set_level(logging.WARNING, "loadwatcher.edge")
     fds_at_cap = open_fds()
@@ -166,14 +176,37 @@ async def test_beyond_the_cap_new_connections_are_closed_and_service_recovers(
     assert guarded.site.guard.open == cap
     refusals = [r for r in caplog.records if "max_connections" in r.getMessage()]
     assert len(refusals) == 1  # one line for the burst, not one per connection
-    for _, writer in extra:
+    for _, writer in [*extra, *held]:
         writer.close()
-    # The idle ones reach the header deadline; then a fresh connection is answered.
-    for reader, _ in idle:
-        assert await closed_within(reader, 3) == b""
-    for _, writer in idle:
-        writer.close()
+    await asyncio.sleep(0.1)
+    assert guarded.site.guard.open == 0
     assert await get(guarded, "/healthz") == (200, b'{"status":"ok"}')
+
+
+@pytest.mark.parametrize("guarded", [edge.EdgeLimits(30.0, 30.0, 8)], indirect=True)
+async def test_silent_connections_make_room_for_new_ones_oldest_first(guarded, caplog) -> None:
+    """A flood of connections that send nothing cannot lock a client out: each newcomer
+    takes the place of the oldest silent one, and connections that asked keep theirs."""
+    guard = guarded.site.guard
+    cap = guard.limits.max_connections
+    asked = [await kept_alive(guarded) for _ in range(2)]
+    silent = [await guarded.connect() for _ in range(cap - 2)]
+    await asyncio.sleep(0.05)
+    assert guard.open == cap
+    caplog.set_level(logging.WARNING, "loadwatcher.edge")
+    flood = [await guarded.connect() for _ in range(3 * cap)]  # silent, each closing one
+    await asyncio.sleep(0.05)
+    assert guard.open == cap
+    assert await get(guarded, "/healthz") == (200, b'{"status":"ok"}')  # long before 30 s
+    for reader, _ in silent + flood[: 3 * cap - (cap - 2) + 1]:
+        assert await closed_within(reader, 2) == b""
+    for reader, writer in asked:  # still open, and answered
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert (await closed_within(reader, 2)).endswith(b'{"status":"ok"}')
+    lines = [r for r in caplog.records if "max_connections" in r.getMessage()]
+    assert len(lines) == 1
+    for _, writer in [*asked, *silent, *flood]:
+        writer.close()
 
 
 def test_refusals_log_once_per_burst() -> None:
