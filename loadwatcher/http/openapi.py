@@ -93,6 +93,7 @@ def _snapshot_op(summary: str, parameters: list[dict[str, Any]]) -> dict[str, An
 _PUSH_STATUSES = {
     400: "a body that can never succeed",
     401: "a writer's token (push.token_file) is required",
+    408: "the body did not all arrive in time",
     413: "body or series over the caps",
     415: "a media type the route does not take",
     429: "over push.max_samples_per_s, or busy: see Retry-After",
@@ -100,7 +101,7 @@ _PUSH_STATUSES = {
 
 
 def _push_op(protocol: PushProtocol, route: Route) -> dict[str, Any]:
-    statuses = sorted({400, 401, 413, 429, *protocol.statuses.values()})
+    statuses = sorted({400, 401, 408, 413, 429, *protocol.statuses.values()})
     return {
         "summary": route.summary,
         "parameters": [_query(q) for q in route.query],

@@ -30,6 +30,13 @@ import orjson
 from aiohttp import web
 
 from loadwatcher.engine.selfmetrics import PUSH_TOTALS, SelfMetrics
+from loadwatcher.http.pushlimits import (
+    BODIES_IN_FLIGHT,
+    BODY_DEADLINE_S,
+    BodyBudget,
+    Lease,
+    RateLimit,
+)
 from loadwatcher.http.tokens import TokenFile
 from loadwatcher.providers.push.buffer import PushBuffer
 from loadwatcher.providers.push.series import SeriesBudget
@@ -55,31 +62,6 @@ class PushRefused(Exception):
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
         self.retry_after_s = retry_after_s
-
-
-class RateLimit:
-    """A token bucket of samples: ``rate`` a second, a second's worth of burst. A request is
-    let in while the bucket is not in debt and then pays for what it carried, so the debt
-    a large request leaves is paid by the waits of the next ones."""
-
-    def __init__(self, rate: float, monotonic: Callable[[], float] = time.monotonic) -> None:
-        self.rate = rate
-        self._monotonic = monotonic
-        self._tokens = rate
-        self._at = monotonic()
-
-    def _refill(self) -> None:
-        now = self._monotonic()
-        self._tokens = min(self.rate, self._tokens + (now - self._at) * self.rate)
-        self._at = now
-
-    def wait_s(self) -> float:
-        """0 when a request may come in, else how long until it may."""
-        self._refill()
-        return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
-
-    def pay(self, samples: int) -> None:
-        self._tokens -= samples
 
 
 @dataclass(frozen=True)
@@ -118,6 +100,7 @@ class Receiver:
         self.tokens = tokens
         self.clock = clock
         self.rate = RateLimit(limits.max_samples_per_s)
+        self.bodies = BodyBudget(BODIES_IN_FLIGHT * limits.max_body_bytes)
         # The mapping state is not thread-safe: one request maps at a time, large bodies in
         # a worker thread so that the loop keeps serving /watcher meanwhile.
         self._mapping = asyncio.Lock()
@@ -147,30 +130,8 @@ class Receiver:
         try:
             self._authorise(request, endpoint.route)
             self._admit()
-            pending = await self._read(request, endpoint)
-            async with self._mapping:
-                # Checked again where the samples are put: requests that read their bodies
-                # meanwhile must not overfill the buffer. Checked before mapping, never
-                # after: the mapping state (raw counters, HA election) takes each sample
-                # once, so a body refused after it would lose its samples on the retry.
-                self._admit_to_buffer()
-                size, work = pending
-                try:
-                    decoded = (
-                        work.map(self.clock())
-                        if size < _INLINE_BYTES
-                        else await asyncio.to_thread(work.map, self.clock())
-                    )
-                except PushError as exc:
-                    # Found while mapping (a label value that is not UTF-8, a series that
-                    # does not parse): refused whole, before anything of it is kept.
-                    raise PushRefused(
-                        endpoint.protocol.status(exc.kind), str(exc.kind), exc.message
-                    ) from None
-                if work.series is None:
-                    self._check_series(len(decoded.batch.keys))
-                self._check_budget(decoded)
-                self._take(decoded)
+            with self.bodies.lease() as lease:
+                await self._mapped(request, endpoint, lease)
         except PushRefused as exc:
             return self._refused(exc, endpoint)
         except Exception:
@@ -181,6 +142,35 @@ class Receiver:
             )
         self.metrics.push_requests.labels(route, "204").inc()
         return web.Response(status=204)
+
+    async def _mapped(self, request: web.Request, endpoint: Endpoint, lease: Lease) -> None:
+        """The request's body read within ``lease``, then decoded and mapped in its turn,
+        its samples taken (PushRefused when they cannot be)."""
+        asked, body = await self._read(request, endpoint, lease)
+        async with self._mapping:
+            # Checked again where the samples are put: requests that read their bodies
+            # meanwhile must not overfill the buffer. Checked before mapping, never
+            # after: the mapping state (raw counters, HA election) takes each sample
+            # once, so a body refused after it would lose its samples on the retry.
+            self._admit_to_buffer()
+            # Decoded in turn: one decoded body (up to push.max_body_bytes) at a time.
+            size, work = self._decoded(body, asked, endpoint)
+            try:
+                decoded = (
+                    work.map(self.clock())
+                    if size < _INLINE_BYTES
+                    else await asyncio.to_thread(work.map, self.clock())
+                )
+            except PushError as exc:
+                # Found while mapping (a label value that is not UTF-8, a series that
+                # does not parse): refused whole, before anything of it is kept.
+                raise PushRefused(
+                    endpoint.protocol.status(exc.kind), str(exc.kind), exc.message
+                ) from None
+            if work.series is None:
+                self._check_series(len(decoded.batch.keys))
+            self._check_budget(decoded)
+            self._take(decoded)
 
     def _refused(self, exc: PushRefused, endpoint: Endpoint) -> web.Response:
         route = endpoint.route.path
@@ -203,24 +193,33 @@ class Receiver:
                 f"({self.budget.limit}) by {over}; it is refused whole",
             )
 
-    async def _read(self, request: web.Request, endpoint: Endpoint) -> tuple[int, Pending]:
-        """The request checked, its body read and decoded: its size and what is to map."""
+    async def _read(
+        self, request: web.Request, endpoint: Endpoint, lease: Lease
+    ) -> tuple[PushRequest, bytes]:
+        """The request checked and its body read within ``lease``."""
         protocol, route = endpoint.protocol, endpoint.route
         asked = PushRequest(route, request.query, request.headers.get("Content-Type", ""))
         try:
             endpoint.mapper.check(asked)
-            encoding = request.headers.get("Content-Encoding", route.default_encoding)
-            if encoding.strip().lower() not in route.encodings:
-                # The header is not repeated: an error echoes nothing the request sent.
-                raise PushRefused(
-                    400,
-                    "bad_encoding",
-                    f"{protocol.title} needs Content-Encoding{route.encoding_hint}",
-                )
-            body = await self._body(request)
-            pending = endpoint.mapper.read(body, asked, self.limits.max_body_bytes)
         except PushError as exc:
             raise PushRefused(protocol.status(exc.kind), str(exc.kind), exc.message) from None
+        encoding = request.headers.get("Content-Encoding", route.default_encoding)
+        if encoding.strip().lower() not in route.encodings:
+            # The header is not repeated: an error echoes nothing the request sent.
+            raise PushRefused(
+                400,
+                "bad_encoding",
+                f"{protocol.title} needs Content-Encoding{route.encoding_hint}",
+            )
+        return asked, await self._body(request, lease)
+
+    def _decoded(self, body: bytes, asked: PushRequest, endpoint: Endpoint) -> tuple[int, Pending]:
+        """The body decoded: its size and what is to map."""
+        try:
+            pending = endpoint.mapper.read(body, asked, self.limits.max_body_bytes)
+        except PushError as exc:
+            kind = exc.kind
+            raise PushRefused(endpoint.protocol.status(kind), str(kind), exc.message) from None
         if pending.series is not None:
             self._check_series(pending.series)
         return len(body), pending
@@ -256,6 +255,15 @@ class Receiver:
                 self.limits.publish_interval_s,
             )
 
+    def _busy(self) -> PushRefused:
+        return PushRefused(
+            429,
+            "busy",
+            f"more than {BODIES_IN_FLIGHT} bodies' worth (push.max_body_bytes) are being "
+            "received at once; retry later",
+            self.limits.publish_interval_s,
+        )
+
     def _authorise(self, request: web.Request, route: Route) -> None:
         if self.tokens is None:
             return
@@ -270,20 +278,28 @@ class Receiver:
 
     # -- shared -------------------------------------------------------------------------
 
-    async def _body(self, request: web.Request) -> bytes:
+    async def _body(self, request: web.Request, lease: Lease) -> bytes:
         """The body, refused as soon as it is larger than ``push.max_body_bytes`` (decoded,
-        for a gzip body: aiohttp decodes it as it reads)."""
+        for a gzip body: aiohttp decodes it as it reads), when the bodies held at once would
+        pass their budget (429), or when it has not all come within ``BODY_DEADLINE_S``."""
         cap = self.limits.max_body_bytes
         if request.content_length is not None and request.content_length > cap:
             raise self._too_large()
         parts: list[bytes] = []
         size = 0
         try:
-            async for chunk in request.content.iter_any():
-                size += len(chunk)
-                if size > cap:
-                    raise self._too_large()
-                parts.append(chunk)
+            async with asyncio.timeout(BODY_DEADLINE_S):
+                async for chunk in request.content.iter_any():
+                    size += len(chunk)
+                    if size > cap:
+                        raise self._too_large()
+                    if not lease.take(len(chunk)):
+                        raise self._busy()
+                    parts.append(chunk)
+        except TimeoutError:
+            raise PushRefused(
+                408, "timeout", f"the body did not arrive within {BODY_DEADLINE_S:g} s"
+            ) from None
         except web.RequestPayloadError:
             # aiohttp could not decode the gzip (or deflate) body, or the chunked framing
             # is broken: a body that can never succeed.

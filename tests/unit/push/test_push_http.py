@@ -30,7 +30,8 @@ from aiohttp.test_utils import TestClient
 from loadwatcher import app
 from loadwatcher.engine import Engine
 from loadwatcher.http import api
-from loadwatcher.http.push import RateLimit, Receiver
+from loadwatcher.http.push import Receiver
+from loadwatcher.http.pushlimits import RateLimit
 from loadwatcher.http.security import TokenFile
 from loadwatcher.pipeline.analysis import Quality
 from loadwatcher.push import remote_write_pb2 as pb
