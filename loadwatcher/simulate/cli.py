@@ -208,8 +208,12 @@ def run_simulate(args: argparse.Namespace) -> int:
         args.bad_from,
         args.seed,
     )
-    if args.report is not None and not args.report.endswith((".html", ".htm")):
-        raise ValueError(f"--report {args.report!r}: expected a FILE.html")
+    if args.report is not None:
+        if not args.report.endswith((".html", ".htm")):
+            raise ValueError(f"--report {args.report!r}: expected a FILE.html")
+        from loadwatcher.simulate import report
+
+        report.check_writable(args.report)
     options = replay.ReplayOptions(args.step, 60.0, args.hot_threshold, watcher, args.seed)
     trace, spec = _trace_and_cluster(args)
     results: list[Result] = []
@@ -225,8 +229,6 @@ def run_simulate(args: argparse.Namespace) -> int:
         "stepSeconds": args.step,
     }
     if args.report is not None:
-        from loadwatcher.simulate import report
-
         report.write(args.report, about, results)
     if args.json:
         print_json(

@@ -8,6 +8,7 @@ CDF of node CPU over node-time for all profiles; bars of the outcomes side by si
 from __future__ import annotations
 
 import html
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import numpy as np
 
 from loadwatcher.simulate.results import Result
 
-__all__ = ["render", "write"]
+__all__ = ["check_writable", "render", "write"]
 
 MAX_ROWS = 60
 _PALETTE = (
@@ -155,6 +156,17 @@ td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}
 <h2>Figures</h2><table><tr>{head}</tr>{table_rows}</table>
 </body></html>
 """
+
+
+def check_writable(path: str) -> None:
+    """ValueError now when ``path`` cannot be written later: a missing or read-only folder,
+    or a folder of that name (a replay of many hours is not lost at the end for a typo)."""
+    target = Path(path)
+    folder = target.parent
+    if not folder.is_dir():
+        raise ValueError(f"cannot write --report {path!r}: no folder {str(folder)!r}")
+    if target.is_dir() or not os.access(folder, os.W_OK):
+        raise ValueError(f"cannot write --report {path!r}: not writable")
 
 
 def write(path: str, about: Mapping[str, Any], results: Sequence[Result]) -> None:

@@ -102,6 +102,15 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None
     assert "Traceback" not in proc.stderr
 
 
+def test_a_report_that_cannot_be_written_is_said_before_the_replay(tmp_path: Path) -> None:
+    (tmp_path / "taken.html").mkdir()
+    for where, why in (("no/such/folder/r.html", "no folder"), ("taken.html", "not writable")):
+        proc = run("--report", str(tmp_path / where), "--hours", "1000")
+        assert proc.returncode == 2
+        assert why in proc.stderr and "Traceback" not in proc.stderr
+        assert "simulate:" not in proc.stderr.replace("loadwatcher simulate:", "")  # no profile ran
+
+
 def test_a_bad_trace_line_is_named(tmp_path: Path) -> None:
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"name": "a", "arrival": 0}\n{"name": "b", "arrival": -5}\n')
