@@ -206,4 +206,4 @@ class _Evaluator:
             return selectors.over_time(name, self.storage, matrix, self.steps, self.budget, param)
         if name not in functions.NAMES:
             raise unsupported(f"the function {name}()")
-        return functions.call(name, [self.eval(a) for a in args], self.steps)
+        return functions.call(name, [self.eval(a) for a in args], self.steps, self.budget)

@@ -15,6 +15,7 @@ import numpy as np
 from loadwatcher._types import IntArray
 from loadwatcher.promql.storage import compiled
 from loadwatcher.promql.values import (
+    Budget,
     ErrorType,
     Labels,
     QueryError,
@@ -35,7 +36,7 @@ _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _TEMPLATE = re.compile(r"\$(?:(\$)|\{(\w+)\}|(\w+))")
 
 
-def call(name: str, args: list[Value], steps: IntArray) -> Value:
+def call(name: str, args: list[Value], steps: IntArray, budget: Budget) -> Value:
     if name == "time":
         return Scalar(steps / 1000.0)
     if name == "vector":
@@ -47,7 +48,8 @@ def call(name: str, args: list[Value], steps: IntArray) -> Value:
         picked = np.where(v.present, v.values, 0.0).sum(axis=0)
         return Scalar(np.where(one, picked, np.nan))
     if name == "label_replace":
-        return _label_replace(_vector(args[0]), *(_text(a) for a in args[1:5]))
+        dst, replacement, src, regex = (_text(a) for a in args[1:5])
+        return _label_replace(_vector(args[0]), dst, replacement, src, regex, budget)
     v = _vector(args[0])
     with np.errstate(invalid="ignore"):
         if name == "abs":
@@ -64,7 +66,9 @@ def call(name: str, args: list[Value], steps: IntArray) -> Value:
     return merged(out.pruned())
 
 
-def _label_replace(v: Vector, dst: str, replacement: str, src: str, regex: str) -> Vector:
+def _label_replace(
+    v: Vector, dst: str, replacement: str, src: str, regex: str, budget: Budget
+) -> Vector:
     pattern = compiled(regex)
     if not _LABEL_NAME.match(dst):
         raise QueryError(
@@ -76,7 +80,7 @@ def _label_replace(v: Vector, dst: str, replacement: str, src: str, regex: str) 
         if m is None:
             labels.append(lab)
             continue
-        value = _expand(m, replacement)
+        value = _expand(m, replacement, budget)
         out = {k: val for k, val in lab if k != dst}
         if value:
             out[dst] = value
@@ -84,18 +88,27 @@ def _label_replace(v: Vector, dst: str, replacement: str, src: str, regex: str) 
     return merged(Vector(labels, v.values, v.present))
 
 
-def _expand(m: Any, template: str) -> str:
-    def one(t: re.Match[str]) -> str:
-        if t.group(1):
-            return "$"
-        name = t.group(2) or t.group(3)
-        try:
-            value = m.group(int(name) if name.isdigit() else name)
-        except IndexError:  # no such group: Go expands it to nothing
-            return ""
-        return value or ""
+def _expand(m: Any, template: str, budget: Budget) -> str:
+    """``template`` with ``m``'s groups in place, its length paid to ``budget`` first."""
+    pieces = [(t, _group(m, t)) for t in _TEMPLATE.finditer(template)]
+    budget.write_labels(len(template) - sum(t.end() - t.start() - len(g) for t, g in pieces))
+    out, at = [], 0
+    for t, g in pieces:
+        out += [template[at : t.start()], g]
+        at = t.end()
+    out.append(template[at:])
+    return "".join(out)
 
-    return _TEMPLATE.sub(one, template)
+
+def _group(m: Any, t: re.Match[str]) -> str:
+    if t.group(1):
+        return "$"
+    name = t.group(2) or t.group(3)
+    try:
+        value = m.group(int(name) if name.isdigit() else name)
+    except IndexError:  # no such group: Go expands it to nothing
+        return ""
+    return value or ""
 
 
 def _vector(value: Value) -> Vector:

@@ -133,6 +133,9 @@ class Limits:
     max_series: int = _DEFAULT.max_series
     timeout_s: float = _DEFAULT.timeout_s
     lookback_ms: int = round(_DEFAULT.lookback_delta_s * 1000)
+    # label_replace() can repeat a captured value in its replacement, and nested calls
+    # multiply: 60 kB of "$1" twice over would be gigabytes for one series.
+    max_label_bytes: int = 64 << 20
 
     @classmethod
     def of(cls, query: QuerySettings) -> Limits:
@@ -154,6 +157,7 @@ class Budget:
     deadline: float = field(init=False)
     samples: int = 0
     points: int = 0
+    label_bytes: int = 0
 
     def __post_init__(self) -> None:
         self.deadline = self.clock() + self.limits.timeout_s
@@ -179,6 +183,16 @@ class Budget:
                 "step, shorten the range or narrow the selectors",
             )
         self.check_time()
+
+    def write_labels(self, size: int) -> None:
+        """``size`` more bytes of label values written, before they are built."""
+        self.label_bytes += size
+        if self.label_bytes > self.limits.max_label_bytes:
+            raise QueryError(
+                ErrorType.EXECUTION,
+                "label_replace() would write more than "
+                f"{self.limits.max_label_bytes >> 20} MiB of label values in this query",
+            )
 
     def check_time(self) -> None:
         if self.clock() > self.deadline:
