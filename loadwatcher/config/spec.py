@@ -124,8 +124,8 @@ SERVER = Section(
             "server.max_connections",
             parse.positive_int,
             1024,
-            "open connections served at once; at the cap a new one replaces the oldest that has "
-            "sent no request, or is closed when every one has",
+            "open connections served at once; at the cap a new one replaces the idle one quiet "
+            "longest, or is closed when every one is mid-request",
         ),
     ),
 )

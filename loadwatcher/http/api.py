@@ -34,6 +34,7 @@ from loadwatcher.http.appkeys import (
     PROMQL_KEY,
     RECEIVING_KEY,
 )
+from loadwatcher.http.edge import CLIENT_CLOSED
 from loadwatcher.http.params import NODE_NAME_PATTERN, BadRequest
 from loadwatcher.http.security import TokenFile
 from loadwatcher.model import WINDOWS
@@ -245,6 +246,9 @@ def _failure(request: web.Request, exc: Exception) -> web.Response:
         # Keep the headers HTTP requires with the status (Allow on 405).
         kept = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
         return error(exc.status, code, exc.reason, kept)
+    if isinstance(exc, ConnectionError):  # the client left while its body was read
+        log.debug("client of %s left mid-request: %s", request.path, exc)
+        return error(CLIENT_CLOSED, "client_closed", "the client closed the connection")
     log.exception("unhandled error serving %s", request.path, exc_info=exc)
     return error(500, "internal", "internal error; see the service log")
 

@@ -82,7 +82,7 @@ def connection_room(wanted: int) -> int:
     room = max(soft // 2, soft - RESERVE)
     log.warning(
         "the descriptor limit (RLIMIT_NOFILE %d, hard %s) leaves room for %d connections, "
-        "fewer than server.max_connections (%d): past them, silent ones make room or new ones "
+        "fewer than server.max_connections (%d): past them, idle ones make room or new ones "
         "are closed; raise the limit (ulimit -n) to serve more",
         soft,
         "unlimited" if hard == resource.RLIM_INFINITY else hard,

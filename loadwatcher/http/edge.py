@@ -9,11 +9,12 @@ answers what its HTTP parser rejects with plain text that echoes the raw request
 - a connection whose request headers are not complete ``header_timeout_s`` after it opened
   (after its TLS handshake, itself bounded by the same time) is closed;
 - at ``max_connections`` open connections (fewer where the descriptor limit cannot hold
-  them: ``descriptors.connection_room``), a new one takes the place of the oldest that has
-  not yet sent its first request's headers, which is closed (as nginx reuses an idle
-  connection when it runs out): holding connections open without a word, the cheapest
-  flood, cannot lock the scheduler or kubelet's probes out. When every open connection has
-  sent a request, the new one is closed as it arrives. Either is one log line per burst;
+  them: ``descriptors.connection_room``), a new one takes the place of the idle connection
+  (one waiting for a request: never sent one, or kept alive after its last answer) that has
+  been quiet longest, which is closed, as nginx reuses idle keep-alive connections when it
+  runs out: holding connections open, silent or after one request, cannot lock the
+  scheduler or kubelet's probes out. When every open connection is in the middle of a
+  request, the new one is closed as it arrives. Either is one log line per burst;
 - the parser's errors are the API's JSON error (``JsonErrorHandler``), echoing nothing.
 
 Later requests on a kept-alive connection are bounded by aiohttp's keep-alive timer
@@ -47,6 +48,8 @@ from loadwatcher.errors import StartError
 from loadwatcher.http import descriptors
 
 log = logging.getLogger("loadwatcher.edge")
+# A request whose client left before its answer: nginx's status, seen in the metrics only.
+CLIENT_CLOSED = 499
 # The end of a header block: an empty line, with or without its carriage return.
 _HEADERS_END = re.compile(rb"\n\r?\n")
 
@@ -120,7 +123,8 @@ class HeadersWatch:
 # What the guard relies on in aiohttp beyond its documented API: ``RequestHandler`` built
 # with these keywords and driven as an ``asyncio.Protocol`` through these methods, its
 # ``handle_error`` overridden with this signature (reading the writer's ``output_size``),
-# and a ``BaseSite`` whose ``stop`` closes the server the site stores in ``_server``.
+# its ``_waiter`` pending while it waits for a request (aiohttp's own idle test), and a
+# ``BaseSite`` whose ``stop`` closes the server the site stores in ``_server``.
 _HANDLER_KEYWORDS = ("manager", "loop", "keepalive_timeout", "access_log")
 _PROTOCOL_METHODS = (
     "connection_made",
@@ -151,6 +155,8 @@ def aiohttp_mismatch() -> str | None:
     params = tuple(inspect.signature(RequestHandler.handle_error).parameters)
     if params != _HANDLE_ERROR:
         return f"RequestHandler.handle_error takes ({', '.join(params)})"
+    if "_waiter" not in getattr(RequestHandler, "__slots__", ()):
+        return "RequestHandler keeps no _waiter"
     if not isinstance(inspect.getattr_static(AbstractStreamWriter, "output_size", None), int):
         return "the stream writer has no output_size"
     if "_server" not in getattr(web.BaseSite, "__slots__", ()):
@@ -169,8 +175,8 @@ class Guard:
         self.open = 0
         self.refusals = descriptors.Refusals()
         self.evictions = descriptors.Refusals()
-        # Open connections whose first request's headers have not come, oldest first.
-        self.silent: dict[GuardedConnection, None] = {}
+        # The open connections, the one that received bytes longest ago first.
+        self.by_activity: dict[GuardedConnection, None] = {}
 
     def __call__(self) -> GuardedConnection:
         return GuardedConnection(self)
@@ -187,25 +193,25 @@ class Guard:
         )
 
     def admit(self) -> bool:
-        """Whether a new connection may open: under the cap, or in the place of the oldest
-        silent one (closed here)."""
+        """Whether a new connection may open: under the cap, or in the place of the idle
+        connection quiet longest (closed here)."""
         if self.open < self.limits.max_connections:
             return True
-        oldest = next(iter(self.silent), None)
-        if oldest is None:
+        quiet = next((c for c in self.by_activity if c.idle()), None)
+        if quiet is None:
             if self.refusals.refused():
                 log.warning(
-                    "refusing new connections: %d open, each has sent a request "
+                    "refusing new connections: %d open, each in the middle of a request "
                     "(server.max_connections)%s",
                     self.open,
                     self.refusals.take_unlogged(),
                 )
             return False
-        oldest.close()
+        quiet.close()
         if self.evictions.refused():
             log.warning(
-                "%d connections open (server.max_connections): closing those that have sent "
-                "no request to admit new ones%s",
+                "%d connections open (server.max_connections): closing idle ones, quiet "
+                "longest first, to admit new ones%s",
                 self.open + 1,
                 self.evictions.take_unlogged(),
             )
@@ -231,7 +237,7 @@ class GuardedConnection(asyncio.Protocol):
             return
         guard.open += 1
         self._counted = True
-        guard.silent[self] = None
+        guard.by_activity[self] = None
         self._transport = transport
         self._deadline = asyncio.get_running_loop().call_later(
             guard.limits.header_timeout_s, self.close
@@ -251,14 +257,23 @@ class GuardedConnection(asyncio.Protocol):
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
-        self._guard.silent.pop(self, None)
 
     def _release(self) -> None:
         if self._counted:
             self._counted = False
             self._guard.open -= 1
+            self._guard.by_activity.pop(self, None)
+
+    def idle(self) -> bool:
+        """Whether aiohttp's handler waits for a request (none yet, or kept alive)."""
+        waiter = getattr(self._inner, "_waiter", None)
+        return waiter is not None and not waiter.done()
 
     def data_received(self, data: bytes) -> None:
+        if self._counted:  # the most recently active now
+            activity = self._guard.by_activity
+            del activity[self]
+            activity[self] = None
         if self._deadline is not None and self._headers.complete(data):
             self._stop_waiting()
         if self._inner is not None:

@@ -30,6 +30,7 @@ import orjson
 from aiohttp import web
 
 from loadwatcher.engine.selfmetrics import PUSH_TOTALS, SelfMetrics
+from loadwatcher.http.edge import CLIENT_CLOSED
 from loadwatcher.http.pushlimits import (
     BODIES_IN_FLIGHT,
     BODY_DEADLINE_S,
@@ -175,7 +176,7 @@ class Receiver:
     def _refused(self, exc: PushRefused, endpoint: Endpoint) -> web.Response:
         route = endpoint.route.path
         self.metrics.push_requests.labels(route, str(exc.status)).inc()
-        if exc.status >= 500 or exc.status in (401, 429):
+        if exc.status >= 500 or exc.status in (401, 429, CLIENT_CLOSED):
             log.debug("push to %s refused: %s", route, exc.message)
         else:
             log.warning("push to %s refused (%d): %s", route, exc.status, exc.message)
@@ -299,6 +300,12 @@ class Receiver:
         except TimeoutError:
             raise PushRefused(
                 408, "timeout", f"the body did not arrive within {BODY_DEADLINE_S:g} s"
+            ) from None
+        except ConnectionError:
+            # The sender gave up (its own timeout) or went away: nobody hears the answer,
+            # and it is no fault of the service (nginx's 499, in the metrics only).
+            raise PushRefused(
+                CLIENT_CLOSED, "client_closed", "the sender closed the connection mid-body"
             ) from None
         except web.RequestPayloadError:
             # aiohttp could not decode the gzip (or deflate) body, or the chunked framing
