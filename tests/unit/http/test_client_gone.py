@@ -61,4 +61,4 @@ async def test_a_client_gone_mid_body_is_a_499_not_an_error(
         assert not [r for r in caplog.records if r.exc_info]
     finally:
         await runner.cleanup()
-        await engine.close()  # type: ignore[attr-defined]
+        await engine.close()
