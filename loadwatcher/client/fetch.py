@@ -36,9 +36,14 @@ MAX_ANSWER_BYTES = 1 << 30
 
 
 def _watcher_url(base_url: str) -> str:
-    parts = urlsplit(base_url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ClientError(f"watcher URL must be http(s)://host[:port][/watcher], got {base_url!r}")
+    shape = "watcher URL must be http(s)://host[:port][/watcher]"
+    try:
+        parts = urlsplit(base_url)
+        parts.port  # noqa: B018 (raises for a port that is not one)
+    except ValueError as exc:
+        raise ClientError(f"{shape}, got {base_url!r} ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ClientError(f"{shape}, got {base_url!r}")
     path = parts.path.rstrip("/")
     if not path.endswith("/watcher"):
         path += "/watcher"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -150,6 +151,15 @@ def url(text: str) -> str:
     if text and not text.startswith(("http://", "https://")):
         hint = f"; did you mean http://{text.strip()}?" if looks_like_host_port(text) else ""
         raise ValueError(f"expected an http:// or https:// URL, got {shown(text)}{hint}")
+    if text:
+        # What the HTTP client would trip on at the first request, said at start instead.
+        try:
+            parts = urllib.parse.urlsplit(text)
+            parts.port  # noqa: B018 (raises for a port that is not one)
+        except ValueError as exc:
+            raise ValueError(f"expected a URL, got {shown(text)} ({exc})") from None
+        if not parts.hostname or any(c.isspace() for c in text):
+            raise ValueError(f"expected a URL with a host and no spaces, got {shown(text)}")
     return text.rstrip("/")
 
 

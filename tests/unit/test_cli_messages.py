@@ -169,6 +169,21 @@ def test_every_number_says_its_kind_and_echoes_the_value(
             "expected an http:// or https:// URL, got 'prometheus:9090'; "
             "did you mean http://prometheus:9090?",
         ),
+        (
+            "LOADWATCHER_PROVIDER_ADDRESS",
+            "http://[::1",
+            "expected a URL, got 'http://[::1' (Invalid IPv6 URL)",
+        ),
+        (
+            "LOADWATCHER_PROVIDER_ADDRESS",
+            "http://prometheus:99999",
+            "expected a URL, got 'http://prometheus:99999' (Port out of range 0-65535)",
+        ),
+        (
+            "LOADWATCHER_PROVIDER_ADDRESS",
+            "http://:9090",
+            "expected a URL with a host and no spaces, got 'http://:9090'",
+        ),
     ],
 )
 def test_names_and_booleans_list_what_is_accepted(variable: str, value: str, message: str) -> None:

@@ -101,6 +101,22 @@ def test_nothing_listening_says_what_was_tried(
     assert "ClientConnectorError" not in err and "ssl:default" not in err
 
 
+@pytest.mark.parametrize(
+    ("watcher", "why"),
+    [
+        ("http://[::1", "(Invalid IPv6 URL)"),
+        ("http://watcher:99999", "(Port out of range 0-65535)"),
+        ("http://:2020", "got 'http://:2020'"),
+    ],
+)
+def test_a_url_that_is_not_one_is_said_in_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, watcher: str, why: str
+) -> None:
+    code, _, err = _score(capsys, tmp_path, watcher)
+    assert code == 1
+    assert "watcher URL must be http(s)://host[:port][/watcher]" in err and why in err
+
+
 def test_an_html_page_is_named_not_echoed(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, answering: dict
 ) -> None:
