@@ -109,6 +109,13 @@ def positive_seconds(text: str) -> float:
     return _positive(text, "a positive number of seconds")
 
 
+def poll_seconds(text: str) -> float:
+    """Seconds between polls: a tenth of a second at least (each poll asks the backend and
+    writes the journal; a typo such as 0.0001 would do both thousands of times a second)."""
+    what = "a number of seconds >= 0.1"
+    return _within(_number(text, what), text, what, lambda v: v >= 0.1)
+
+
 def positive_points(text: str) -> float:
     return _positive(text, "a positive number of percentage points")
 

@@ -156,9 +156,9 @@ POLL = Section(
     (
         Spec(
             "poll.interval_s",
-            parse.positive_seconds,
+            parse.poll_seconds,
             15.0,
-            "seconds between two polls of the provider",
+            "seconds between two polls of the provider (0.1 at least)",
             flag="poll_interval_s",
         ),
         Spec(

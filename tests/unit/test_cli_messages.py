@@ -110,7 +110,7 @@ def test_a_bad_interval_asks_for_seconds() -> None:
     line = one_line(run("config", "check", "--poll-interval-s", "fast"))
     assert line == (
         BAD + "poll.interval_s (from --poll-interval-s): "
-        "expected a positive number of seconds, got 'fast'"
+        "expected a number of seconds >= 0.1, got 'fast'"
     )
 
 
@@ -120,7 +120,12 @@ def test_a_bad_interval_asks_for_seconds() -> None:
         ("LOADWATCHER_SERVER_PORT", "70000", "expected an integer port 0-65535, got '70000'"),
         ("LOADWATCHER_SERVER_PORT", "20.5", "expected an integer port 0-65535, got '20.5'"),
         ("LOADWATCHER_JOURNAL_RETENTION_S", "x", "expected a positive number of seconds, got 'x'"),
-        ("LOADWATCHER_POLL_INTERVAL_S", "nan", "expected a positive number of seconds, got 'nan'"),
+        ("LOADWATCHER_POLL_INTERVAL_S", "nan", "expected a number of seconds >= 0.1, got 'nan'"),
+        (
+            "LOADWATCHER_POLL_INTERVAL_S",
+            "0.0001",
+            "expected a number of seconds >= 0.1, got '0.0001'",
+        ),
         ("LOADWATCHER_POLL_OVERLAP_S", "-1", "expected a number of seconds >= 0, got '-1'"),
         ("LOADWATCHER_PROVIDER_TIMEOUT_S", "9s", "expected a positive number of seconds, got '9s'"),
         ("LOADWATCHER_PROMETHEUS_SCALE", "x", "expected a positive number, got 'x'"),

@@ -63,6 +63,7 @@ def test_our_variable_wins_over_the_go_alias() -> None:
         (None, {"LOADWATCHER_SERVER_PORT": "http"}, "server.port"),
         (None, {"LOADWATCHER_POLL_INTERVAL_S": "-5"}, "poll.interval_s"),
         (None, {"LOADWATCHER_POLL_INTERVAL_S": "nan"}, "poll.interval_s"),
+        (None, {"LOADWATCHER_POLL_INTERVAL_S": "0.0001"}, "poll.interval_s"),
         (None, {"METRICS_PROVIDER_NAME": "Consul"}, "provider.name"),
         (None, {"METRICS_PROVIDER_NAME": "SignalFx"}, "provider.token"),
         (
