@@ -70,9 +70,9 @@ SECTION = Section(
         ),
         Spec(
             "push.publish_interval_s",
-            parse.positive_seconds,
+            parse.poll_seconds,
             2.0,
-            "how often what was pushed is published (one cycle, however many pushes)",
+            "how often what was pushed is published (one cycle, however many pushes; 0.1 at least)",
         ),
         Spec(
             "push.max_body_bytes",

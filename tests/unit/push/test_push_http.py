@@ -572,12 +572,12 @@ async def test_series_of_other_metrics_count_towards_the_rate(aiohttp_client: An
 
 @pytest.fixture
 async def tiny_buffer(aiohttp_client: Any) -> Service:
-    # Two publish intervals at the rate cap: 2 × 0.005 s × 1000 = 10 samples.
+    # Two publish intervals at the rate cap: 2 × 0.1 s × 50 = 10 samples.
     return await start(
         aiohttp_client,
         {
-            "LOADWATCHER_PUSH_MAX_SAMPLES_PER_S": "1000",
-            "LOADWATCHER_PUSH_PUBLISH_INTERVAL_S": "0.005",
+            "LOADWATCHER_PUSH_MAX_SAMPLES_PER_S": "50",
+            "LOADWATCHER_PUSH_PUBLISH_INTERVAL_S": "0.1",
         },
     )
 
