@@ -6,6 +6,8 @@ values as float64 percent of node capacity), never as per-sample Python objects.
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -263,6 +265,19 @@ class Columns:
 
     def __len__(self) -> int:
         return int(self.sid.shape[0])
+
+
+# What a node name may be: what ``/watcher/{hostname}`` serves (every Kubernetes node name
+# fits: a DNS subdomain, lowercase), with capitals, ``_`` and ``:`` besides (an IPv6
+# address, ``::1``, names a node where the instance label is one).
+NODE_NAME_PATTERN = r"^[A-Za-z0-9:]([A-Za-z0-9._:-]{0,251}[A-Za-z0-9:])?$"
+_NODE_NAME = re.compile(NODE_NAME_PATTERN)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def servable_name(name: str) -> bool:
+    """Whether ``name`` is a node name the API can serve (cached: pushes repeat names)."""
+    return _NODE_NAME.match(name) is not None
 
 
 def node_name(value: str, strip_port: bool) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Collection
 from multidict import MultiMapping
 
 # The node names ``?host=`` and ``/watcher/{hostname}`` accept; the OpenAPI document shows it.
-NODE_NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._:-]{0,251}[A-Za-z0-9])?$"
+from loadwatcher.model import NODE_NAME_PATTERN as NODE_NAME_PATTERN
 
 
 class BadRequest(Exception):

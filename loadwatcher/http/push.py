@@ -43,7 +43,7 @@ from loadwatcher.providers.push.buffer import PushBuffer
 from loadwatcher.providers.push.series import SeriesBudget
 from loadwatcher.push.errors import PushError
 from loadwatcher.push.protocol import Mapper, Pending, PushProtocol, PushRequest, Route
-from loadwatcher.push.samples import Decoded
+from loadwatcher.push.samples import Decoded, servable_only
 
 log = logging.getLogger("loadwatcher.push")
 
@@ -168,6 +168,7 @@ class Receiver:
                 raise PushRefused(
                     endpoint.protocol.status(exc.kind), str(exc.kind), exc.message
                 ) from None
+            decoded = servable_only(decoded)
             if work.series is None:
                 self._check_series(len(decoded.batch.keys))
             self._check_budget(decoded)

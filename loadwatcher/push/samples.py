@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from loadwatcher.model import FloatArray, IntArray, Resource, SeriesBatch
+from loadwatcher.model import FloatArray, IntArray, Resource, SeriesBatch, servable_name
 
 # A part's resource is its index here; a node's keys are one per resource, in this order.
 RESOURCES = tuple(Resource)
@@ -110,3 +110,28 @@ def to_batch(
         keys_of = [(name, resource) for name in nodes for resource in RESOURCES]
     keys_out = list(map(keys_of.__getitem__, distinct))
     return SeriesBatch(keys_out, lengths.astype(np.int64), ts, values)
+
+
+def servable_only(decoded: Decoded) -> Decoded:
+    """``decoded`` without the samples of nodes no route could serve (``a b``, ``<img>``:
+    no Kubernetes node is named so), counted as ``bad_node_name``."""
+    batch = decoded.batch
+    keep = [servable_name(node) for node, _ in batch.keys]
+    if all(keep):
+        return decoded
+    kept = np.array(keep, bool)
+    samples = np.repeat(kept, batch.lengths)
+    dropped = int(batch.lengths[~kept].sum())
+    counts = dict(decoded.counts)
+    count(counts, "bad_node_name", dropped)
+    counts["accepted"] = counts.get("accepted", 0) - dropped
+    out = SeriesBatch(
+        [key for key, ok in zip(batch.keys, keep, strict=True) if ok],
+        batch.lengths[kept],
+        batch.ts[samples],
+        batch.values[samples],
+        batch.held_back,
+    )
+    nodes = frozenset(n for n in decoded.nodes if servable_name(n))
+    info = {n: facts for n, facts in decoded.node_info.items() if servable_name(n)}
+    return Decoded(out, counts, nodes, info)
