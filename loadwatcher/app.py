@@ -137,6 +137,18 @@ def build_receiver(settings: Settings, engine: Engine) -> push_http.Receiver | N
     return receiver
 
 
+async def _publish_pushed(engine: Engine, receiver: push_http.Receiver | None) -> None:
+    """One last cycle for the samples pushed since the last one: each was answered 204, and
+    a clean stop (a rolling update) must keep them in the journal for the next start."""
+    if receiver is None or not receiver.buffer.held:
+        return
+    log.info("stopping: publishing %d pushed samples first", receiver.buffer.held)
+    try:
+        await asyncio.wait_for(engine.cycle(), SHUTDOWN_GRACE_S)
+    except TimeoutError:
+        log.warning("the last cycle did not finish within %.0f s; abandoned", SHUTDOWN_GRACE_S)
+
+
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     """Run the service until ``stop`` is set (or SIGINT/SIGTERM arrives)."""
     stop = stop or asyncio.Event()
@@ -167,6 +179,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     )
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
+    served = True  # the runner is to be cleaned up, once
     reloader: asyncio.Task[None] | None = None
     try:
         limits = edge.EdgeLimits(
@@ -200,11 +213,16 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             await asyncio.wait_for(poller, SHUTDOWN_GRACE_S)
         except TimeoutError:
             log.warning("poll cycle did not finish within %.0f s; abandoned", SHUTDOWN_GRACE_S)
+        # No request is taken from here on, and those in flight are answered.
+        await runner.cleanup()
+        served = False
+        await _publish_pushed(engine, receiver)
     finally:
         if reloader is not None:
             reloader.cancel()
+        if served:
+            await runner.cleanup()
         await engine.close()
-        await runner.cleanup()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
     log.info("stopped")
