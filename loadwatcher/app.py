@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("loadwatcher")
 
 SHUTDOWN_GRACE_S = 10.0
+# At a stop, how long the requests in flight have to finish before the journal is closed
+# (aiohttp's own default, a minute, could outlast a pod's grace period of 30 s).
+REQUESTS_GRACE_S = 5.0
 TLS_RELOAD_CHECK_S = 30.0
 # Connections the kernel queues until the loop accepts them. aiohttp's default (128)
 # overflows when hundreds of clients connect at once: the kernel then drops their
@@ -177,7 +180,9 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         receiver=receiver,
         query=settings.query,
     )
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    runner = web.AppRunner(
+        app, handle_signals=False, access_log=None, shutdown_timeout=REQUESTS_GRACE_S
+    )
     await runner.setup()
     served = True  # the runner is to be cleaned up, once
     reloader: asyncio.Task[None] | None = None

@@ -1,14 +1,17 @@
-"""The real service, as a process: samples pushed (and answered 204) just before a clean
-stop, a rolling update's SIGTERM, are in the journal and served after the restart. They
-once waited for the next publish cycle, which a stop never ran."""
+"""The real service, as a process, at a clean stop (a rolling update's SIGTERM): samples
+pushed and answered 204 just before it are in the journal and served after the restart
+(they once waited for the next publish cycle, which a stop never ran), and a request still
+in flight holds the stop a few seconds, not a minute."""
 
 from __future__ import annotations
 
 import os
+import socket
 import time
 import urllib.request
 from pathlib import Path
 
+from loadwatcher import app
 from tests.support.backends import free_port, serve_argv
 from tests.support.faults import Service
 
@@ -45,3 +48,21 @@ def test_a_push_answered_just_before_a_clean_stop_is_kept(tmp_path: Path) -> Non
         second.wait_status("/watcher/late", timeout_s=20)
     finally:
         second.terminate()
+
+
+def test_a_request_still_in_flight_holds_a_stop_a_few_seconds_only(tmp_path: Path) -> None:
+    """A client in the middle of its request (its body half sent) is given REQUESTS_GRACE_S,
+    not aiohttp's minute, before the journal is closed: a pod's grace period is 30 s."""
+    db, log, port = tmp_path / "lw.db", tmp_path / "service.log", free_port()
+    service = push_service(db, log, port).start()
+    try:
+        service.wait_status("/healthz")
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as half:
+            half.sendall(b"POST /write HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\ncpu")
+            time.sleep(0.2)
+            code, took = service.terminate(timeout_s=30)
+        assert code == 0, service.log_tail()
+        assert took < app.REQUESTS_GRACE_S + 3, took
+        assert "stopped" in service.log_text()
+    finally:
+        service.kill()
