@@ -101,6 +101,11 @@ async def check(db: aiosqlite.Connection, path: str) -> None:
         raise identity.NotAJournal(f"{path} is {exc}") from exc
     if version is not None and version != str(SCHEMA_VERSION):
         # No version was ever released with another schema, so there is nothing to convert.
+        if version.isdigit() and int(version) > SCHEMA_VERSION:
+            raise NewerJournal(
+                f"written by a newer loadwatcher: journal schema {version}, this one reads "
+                f"{SCHEMA_VERSION}"
+            )
         raise sqlite3.DatabaseError(f"unknown journal schema version {version}")
     async with db.execute("PRAGMA journal_mode=WAL") as cur:
         await cur.fetchall()  # finished, or the COMMIT below finds it still in progress
@@ -138,9 +143,14 @@ def must_move_aside(exc: sqlite3.DatabaseError) -> bool:
     return "not a database" in text or "malformed" in text or "integrity" in text
 
 
-def quarantine(path: str) -> str:
-    """Move the file, with its -wal and -shm, to ``<path>.corrupt-<unix time>``."""
-    return move_aside(path, "corrupt")
+class NewerJournal(sqlite3.DatabaseError):
+    """A journal of a later schema: a rollback to this version after an upgrade."""
+
+
+def quarantine(path: str, exc: sqlite3.DatabaseError) -> str:
+    """Move the file, with its -wal and -shm, to ``<path>.corrupt-<unix time>``, or to
+    ``<path>.newer-<unix time>`` for a newer version's journal (it is not damaged)."""
+    return move_aside(path, "newer" if isinstance(exc, NewerJournal) else "corrupt")
 
 
 def move_aside(path: str, why: str) -> str:

@@ -112,7 +112,7 @@ class Journal:
                 await self._close_db()  # the lock stays: the file is still ours to replace
                 if not schema.must_move_aside(exc):
                     raise JournalError(f"cannot open journal {self.path}: {exc}") from exc
-                quarantined, reason = schema.quarantine(self.path), str(exc)
+                quarantined, reason = schema.quarantine(self.path, exc), str(exc)
                 try:
                     await self._connect_and_check()
                 except sqlite3.Error as exc2:

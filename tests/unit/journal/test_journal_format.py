@@ -291,19 +291,20 @@ async def test_series_of_a_resource_this_version_does_not_know_are_left_out(
     )
 
 
-def quarantined_files(db: Path) -> list[Path]:
-    moved = db.parent.glob(db.name + ".corrupt-*")
+def quarantined_files(db: Path, why: str = "corrupt") -> list[Path]:
+    moved = db.parent.glob(f"{db.name}.{why}-*")
     return sorted(p for p in moved if not p.name.endswith(("-wal", "-shm")))
 
 
-async def assert_moved_aside_and_replaced(db: Path, reason: str) -> None:
-    """Opening ``db`` moves it aside for ``reason`` and starts a new, working journal."""
+async def assert_moved_aside_and_replaced(db: Path, reason: str, why: str = "corrupt") -> None:
+    """Opening ``db`` moves it aside (``<db>.<why>-<t>``) for ``reason`` and starts a new,
+    working journal."""
     before = db.read_bytes()
     journal = Journal(str(db))
     report = await journal.open()
     try:
         assert report.quarantined is not None and reason in (report.reason or "")
-        assert [Path(report.quarantined)] == quarantined_files(db)
+        assert [Path(report.quarantined)] == quarantined_files(db, why)
         assert Path(report.quarantined).read_bytes() == before  # kept as it was
         await journal.write_cycle(KEYS, cols([0], [10], [1]), 0, b"snap", 1.0)
     finally:
@@ -313,15 +314,14 @@ async def assert_moved_aside_and_replaced(db: Path, reason: str) -> None:
             SCHEMA_VERSION
         )
     assert (await load(db, 0)).ts.tolist() == [10.0]
-    assert len(quarantined_files(db)) == 1  # the new file opens as it is
+    assert len(quarantined_files(db, why)) == 1  # the new file opens as it is
 
 
-@pytest.mark.parametrize("version", ["1", "2", "4"])
+@pytest.mark.parametrize("version", ["1", "2", "x"])
 async def test_a_file_of_another_schema_version_is_moved_aside(
     tmp_path: Path, version: str
 ) -> None:
-    """No version with another schema was released: nothing to convert, and a file of a later
-    version must not be mixed with this one's tables."""
+    """No version with another schema was released: nothing to convert."""
     db = tmp_path / "lw.db"
     with sqlite3.connect(db) as conn:
         conn.executescript(
@@ -332,6 +332,24 @@ async def test_a_file_of_another_schema_version_is_moved_aside(
             """
         )
     await assert_moved_aside_and_replaced(db, f"unknown journal schema version {version}")
+
+
+async def test_a_newer_versions_journal_is_moved_aside_as_newer_not_corrupt(
+    tmp_path: Path,
+) -> None:
+    """A rollback after an upgrade: the file is kept as it was under a name that says why,
+    for the newer version to read again, and must not be mixed with this one's tables."""
+    db = tmp_path / "lw.db"
+    with sqlite3.connect(db) as conn:
+        conn.executescript(
+            f"""
+            CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            INSERT INTO meta VALUES ('schema', '{SCHEMA_VERSION + 1}');
+            """
+        )
+    reason = f"newer loadwatcher: journal schema {SCHEMA_VERSION + 1}, this one reads"
+    await assert_moved_aside_and_replaced(db, reason, "newer")
+    assert not quarantined_files(db)  # nothing called corrupt
 
 
 async def test_a_file_failing_its_quick_check_is_moved_aside(tmp_path: Path) -> None:
