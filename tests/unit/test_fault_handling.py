@@ -26,6 +26,7 @@ import pytest
 from loadwatcher import allocator, app, config
 from loadwatcher.engine import Engine, EngineOptions
 from loadwatcher.errors import JournalError
+from loadwatcher.journal.schema import SCHEMA_VERSION
 from loadwatcher.journal.sqlite import Journal
 from loadwatcher.model import Columns, FetchResult, Resource, Series
 from loadwatcher.wire import formats
@@ -471,9 +472,10 @@ async def test_a_journal_of_another_schema_version_is_moved_aside_with_one_log_l
     assert moved is not None and Path(moved).exists()
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [
-        f"journal {db} unusable (unknown journal schema version 99): moved aside to {moved} "
-        "and started a new one"
+        f"journal {db} unusable (written by a newer loadwatcher: journal schema 99, this one "
+        f"reads {SCHEMA_VERSION}): moved aside to {moved} and started a new one"
     ]
+    assert ".newer-" in moved
     assert first.health(T0).body["journal"]["quarantined"] == moved
     await first.cycle(T0)
     assert first.journal_status.ok
