@@ -184,7 +184,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         app, handle_signals=False, access_log=None, shutdown_timeout=REQUESTS_GRACE_S
     )
     await runner.setup()
-    served = True  # the runner is to be cleaned up, once
+    runner_open = True  # cleaned up once: at the stop, or on the way out
     reloader: asyncio.Task[None] | None = None
     try:
         limits = edge.EdgeLimits(
@@ -220,12 +220,12 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             log.warning("poll cycle did not finish within %.0f s; abandoned", SHUTDOWN_GRACE_S)
         # No request is taken from here on, and those in flight are answered.
         await runner.cleanup()
-        served = False
+        runner_open = False
         await _publish_pushed(engine, receiver)
     finally:
         if reloader is not None:
             reloader.cancel()
-        if served:
+        if runner_open:
             await runner.cleanup()
         await engine.close()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -109,9 +109,10 @@ def positive_seconds(text: str) -> float:
     return _positive(text, "a positive number of seconds")
 
 
-def poll_seconds(text: str) -> float:
-    """Seconds between polls: a tenth of a second at least (each poll asks the backend and
-    writes the journal; a typo such as 0.0001 would do both thousands of times a second)."""
+def cycle_seconds(text: str) -> float:
+    """Seconds between cycles (polls, or publications of what was pushed): a tenth of a
+    second at least (each asks the backend or writes the journal; a typo such as 0.0001
+    would do it thousands of times a second)."""
     what = "a number of seconds >= 0.1"
     return _within(_number(text, what), text, what, lambda v: v >= 0.1)
 

@@ -156,7 +156,7 @@ POLL = Section(
     (
         Spec(
             "poll.interval_s",
-            parse.poll_seconds,
+            parse.cycle_seconds,
             15.0,
             "seconds between two polls of the provider (0.1 at least)",
             flag="poll_interval_s",

@@ -90,14 +90,13 @@ def _label_replace(
 
 def _expand(m: Any, template: str, budget: Budget) -> str:
     """``template`` with ``m``'s groups in place, its length paid to ``budget`` first."""
-    pieces = [(t, _group(m, t)) for t in _TEMPLATE.finditer(template)]
-    budget.write_labels(len(template) - sum(t.end() - t.start() - len(g) for t, g in pieces))
-    out, at = [], 0
-    for t, g in pieces:
-        out += [template[at : t.start()], g]
+    parts, at = [], 0
+    for t in _TEMPLATE.finditer(template):
+        parts += [template[at : t.start()], _group(m, t)]
         at = t.end()
-    out.append(template[at:])
-    return "".join(out)
+    parts.append(template[at:])
+    budget.write_labels(sum(map(len, parts)))  # the parts are references, not copies
+    return "".join(parts)
 
 
 def _group(m: Any, t: re.Match[str]) -> str:

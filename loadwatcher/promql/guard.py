@@ -4,8 +4,8 @@ The Rust parser's memory grows with the square of an expression's depth: 3,000 n
 ``sum(`` or a chain of 3,000 ``+`` (15 kB of text) took over a gigabyte, and a body of the
 size the API accepts would take far more. The depth of a PromQL tree is at most its
 operators plus its parentheses and brackets, so their count bounds both the parse and the
-evaluator's recursion; at ``MAX_TERMS`` the worst shape parses in a few megabytes. Strings, label
-matchers and comments are not counted: only what can nest.
+evaluator's recursion; at ``MAX_TERMS`` the worst shape parses in a few megabytes.
+Strings, label matchers and comments are not counted: only what can nest.
 """
 
 from __future__ import annotations

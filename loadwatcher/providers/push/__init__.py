@@ -70,7 +70,7 @@ SECTION = Section(
         ),
         Spec(
             "push.publish_interval_s",
-            parse.poll_seconds,
+            parse.cycle_seconds,
             2.0,
             "how often what was pushed is published (one cycle, however many pushes; 0.1 at least)",
         ),
