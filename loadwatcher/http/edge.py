@@ -265,7 +265,11 @@ class GuardedConnection(asyncio.Protocol):
             self._guard.by_activity.pop(self, None)
 
     def idle(self) -> bool:
-        """Whether aiohttp's handler waits for a request (none yet, or kept alive)."""
+        """Whether the connection waits for a request: its first one's headers have not all
+        come (known here, even before aiohttp's handler has started), or aiohttp's handler
+        waits for the next one (kept alive)."""
+        if self._deadline is not None:
+            return True
         waiter = getattr(self._inner, "_waiter", None)
         return waiter is not None and not waiter.done()
 
